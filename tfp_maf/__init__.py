@@ -1,0 +1,48 @@
+"""tfp-maf: Masked Autoregressive Flow for TensorFlow Probability and Keras 3.
+
+Every public symbol, and where it lives:
+
+| symbol | module |
+|---|---|
+| `MaskedAutoregressive` | `tfp_maf.bijectors.masked_autoregressive` |
+| `AffineCoupling`, `coupling_partition` | `tfp_maf.bijectors.affine_coupling` |
+| `ExpGammaBatchNorm`, `batch_moments` | `tfp_maf.bijectors.exp_gamma_batch_norm` |
+| `MADEMoG` | `tfp_maf.distributions.made_mog` |
+| `MADE`, `MaskedDense` | `tfp_maf.layers.made` |
+| `CouplingNetworks` | `tfp_maf.layers.coupling` |
+| `ExpGammaBatchNormalization` | `tfp_maf.layers.batch_norm` |
+| `flow_kwargs` | `tfp_maf.kwargs` |
+| `masks` (orders, degrees, masks; pure NumPy) | `tfp_maf.masks` |
+"""
+
+from tfp_maf import bijectors, distributions, layers, masks
+from tfp_maf.bijectors import (
+    AffineCoupling,
+    ExpGammaBatchNorm,
+    MaskedAutoregressive,
+    batch_moments,
+    coupling_partition,
+)
+from tfp_maf.distributions import MADEMoG
+from tfp_maf.kwargs import flow_kwargs
+from tfp_maf.layers import MADE, CouplingNetworks, ExpGammaBatchNormalization, MaskedDense
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MADE",
+    "AffineCoupling",
+    "CouplingNetworks",
+    "ExpGammaBatchNorm",
+    "ExpGammaBatchNormalization",
+    "MADEMoG",
+    "MaskedAutoregressive",
+    "MaskedDense",
+    "batch_moments",
+    "bijectors",
+    "coupling_partition",
+    "distributions",
+    "flow_kwargs",
+    "layers",
+    "masks",
+]

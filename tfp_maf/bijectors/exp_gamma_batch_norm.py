@@ -1,0 +1,156 @@
+"""ExpGammaBatchNorm: the batch normalization of the paper's appendix B."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from tfp_maf.bijectors._cache import GreedyGraphOnlyCache
+
+tfb = tfp.bijectors
+
+__all__ = ["ExpGammaBatchNorm", "batch_moments"]
+
+
+def batch_moments(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Mean and (biased) variance of ``x`` over every axis but the last."""
+    flat = tf.reshape(x, [-1, tf.shape(x)[-1]])
+    return tf.nn.moments(flat, axes=[0])
+
+
+class ExpGammaBatchNorm(tfb.Bijector):
+    """Batch normalization as a bijector, with ``exp(gamma)`` as the scale.
+
+    With ``x`` on the data side and ``u`` on the base side (appendix B of the
+    paper):
+
+        forward   x = (u - beta) * exp(-gamma) * sqrt(v + eps) + m
+        inverse   u = (x - m) / sqrt(v + eps) * exp(gamma) + beta
+        log|det du/dx| = sum_i (gamma_i - 0.5 * log(v_i + eps))
+
+    ``m`` and ``v`` are the mean and variance of ``x``. With the call-time
+    keyword ``training=True`` the inverse (the direction `log_prob` uses)
+    takes them from the current minibatch, and gradients flow through them.
+    Otherwise, and always in the forward direction (sampling, which has no
+    minibatch of ``x``), it uses the stored ``mean`` and ``variance``. The
+    paper sets those to the statistics of the whole training set before
+    validating and testing; `tfp_maf.layers.ExpGammaBatchNormalization`
+    holds them and sets them explicitly.
+
+    The log-det has the batch shape of the input (it does not depend on the
+    example, but a per-example value is what a density needs).
+
+    Args:
+      beta: shift, shape ``[D]`` (a Tensor or variable).
+      gamma: log-scale, shape ``[D]``.
+      mean: stored mean ``m``, shape ``[D]``.
+      variance: stored variance ``v``, shape ``[D]``.
+      epsilon: ``eps``; the paper uses ``1e-5``.
+      validate_args: TFP's flag.
+      name: the bijector's name (unique within a `tfb.Chain`).
+
+    #### Examples
+
+    >>> import numpy as np
+    >>> from tfp_maf.bijectors import ExpGammaBatchNorm
+    >>> bn = ExpGammaBatchNorm(beta=np.zeros(2), gamma=np.zeros(2),
+    ...                        mean=np.array([1., 2.]), variance=np.array([4., 9.]))
+    >>> np.round(bn.inverse(np.array([[3., 5.]])).numpy(), 3)
+    array([[1., 1.]])
+
+    #### References
+
+    [1] Ioffe, Szegedy. Batch Normalization. ICML 2015.
+        https://arxiv.org/abs/1502.03167
+    [2] Papamakarios, Pavlakou, Murray. Masked Autoregressive Flow for Density
+        Estimation. NeurIPS 2017, appendix B. https://arxiv.org/abs/1705.07057
+    """
+
+    _cache = GreedyGraphOnlyCache(
+        forward_name="_augmented_forward", inverse_name="_augmented_inverse"
+    )
+
+    def __init__(
+        self,
+        beta,
+        gamma,
+        mean,
+        variance,
+        epsilon: float = 1e-5,
+        validate_args: bool = False,
+        name: str = "exp_gamma_batch_norm",
+    ):
+        parameters = dict(locals())
+        dtype = _common_dtype(beta, gamma, mean, variance)
+        # Keep the references: weights read at call time, so one bijector
+        # stays correct while its variables train.
+        self._beta, self._gamma = beta, gamma
+        self._mean, self._variance = mean, variance
+        self._epsilon = float(epsilon)
+        super().__init__(
+            forward_min_event_ndims=1,
+            validate_args=validate_args,
+            dtype=dtype,
+            parameters=parameters,
+            name=name,
+        )
+
+    @classmethod
+    def _parameter_properties(cls, dtype):
+        return {}  # Held as references to layer weights; no batch semantics.
+
+    def _params(self):
+        as_tensor = lambda v: tf.convert_to_tensor(v, dtype=self.dtype)  # noqa: E731
+        return (
+            as_tensor(self._beta),
+            as_tensor(self._gamma),
+            as_tensor(self._mean),
+            as_tensor(self._variance),
+        )
+
+    def _statistics(self, x, training):
+        _, _, mean, variance = self._params()
+        if training is None or training is False:
+            return mean, variance
+        if training is True:
+            return batch_moments(x)
+        # A boolean tensor (a Keras learning-phase placeholder, say).
+        return tf.cond(tf.convert_to_tensor(training), lambda: batch_moments(x), lambda: (mean, variance))
+
+    def _log_scale(self, gamma, variance, x):
+        per_dim = gamma - 0.5 * tf.math.log(variance + self._epsilon)
+        return tf.zeros_like(x) + per_dim
+
+    def _augmented_inverse(self, x, training=None):
+        beta, gamma, _, _ = self._params()
+        mean, variance = self._statistics(x, training)
+        u = (x - mean) * tf.math.rsqrt(variance + self._epsilon) * tf.exp(gamma) + beta
+        ildj = tf.reduce_sum(self._log_scale(gamma, variance, x), axis=-1)
+        return u, {"ildj": ildj, "fldj": -ildj}
+
+    def _augmented_forward(self, u, training=None):
+        del training  # Sampling has no minibatch of x: always the stored statistics.
+        beta, gamma, mean, variance = self._params()
+        x = (u - beta) * tf.exp(-gamma) * tf.sqrt(variance + self._epsilon) + mean
+        fldj = -tf.reduce_sum(self._log_scale(gamma, variance, u), axis=-1)
+        return x, {"fldj": fldj, "ildj": -fldj}
+
+    def _forward(self, u, training=None):
+        return self._augmented_forward(u, training)[0]
+
+    def _inverse(self, x, training=None):
+        return self._augmented_inverse(x, training)[0]
+
+    def _forward_log_det_jacobian(self, u, training=None):
+        return self._augmented_forward(u, training)[1]["fldj"]
+
+    def _inverse_log_det_jacobian(self, x, training=None):
+        return self._augmented_inverse(x, training)[1]["ildj"]
+
+
+def _common_dtype(*values) -> tf.DType:
+    for v in values:
+        dtype = getattr(v, "dtype", None)
+        if dtype is not None:
+            return tf.as_dtype(dtype)
+    return tf.float32

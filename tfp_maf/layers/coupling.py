@@ -1,0 +1,118 @@
+"""The two feedforward networks of a Real NVP coupling layer, as a Keras 3 layer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import keras
+import tensorflow as tf
+
+from tfp_maf import _checks
+
+__all__ = ["CouplingNetworks"]
+
+
+@keras.saving.register_keras_serializable(package="tfp_maf")
+class CouplingNetworks(keras.layers.Layer):
+    """Scale and shift networks of the paper's coupling layer.
+
+    ``alpha = f_alpha(x_c, y)`` has tanh hidden units and ``mu = f_mu(x_c, y)``
+    relu hidden units; both have ``L`` hidden layers of the same sizes and a
+    linear output. ``y`` (if any) is concatenated to the copied variables.
+    Both output layers start at zero, so the coupling starts as the identity.
+
+    Calling the layer returns ``(shift, log_scale)``, each ``[..., num_transformed]``.
+
+    Args:
+      num_copied: width of ``x_c``.
+      num_transformed: width of ``x_t``.
+      hidden_units: hidden layer sizes of each network.
+      conditional_dims: width of ``y``, or ``None``.
+      kernel_regularizer: applied to every kernel.
+
+    Example:
+
+    >>> import numpy as np
+    >>> nets = CouplingNetworks(num_copied=2, num_transformed=3, hidden_units=[8])
+    >>> [t.shape for t in nets(np.zeros((4, 2), np.float32))]
+    [TensorShape([4, 3]), TensorShape([4, 3])]
+    """
+
+    def __init__(
+        self,
+        num_copied: int,
+        num_transformed: int,
+        hidden_units: Sequence[int] = (64, 64),
+        conditional_dims: int | None = None,
+        kernel_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_copied = int(num_copied)
+        self.num_transformed = int(num_transformed)
+        self.hidden_units = [int(h) for h in hidden_units]
+        self.conditional_dims = None if conditional_dims is None else int(conditional_dims)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        width = self.num_copied + (self.conditional_dims or 0)
+        self.scale_net = self._network("tanh", width, "scale")
+        self.shift_net = self._network("relu", width, "shift")
+        self.built = True
+
+    def _network(self, activation, width, prefix):
+        layers = []
+        for i, units in enumerate(self.hidden_units):
+            layer = keras.layers.Dense(
+                units,
+                activation=activation,
+                kernel_regularizer=self.kernel_regularizer,
+                dtype=self.dtype_policy,
+                name=f"{prefix}_hidden_{i}",
+            )
+            layer.build((None, width))
+            layers.append(layer)
+            width = units
+        out = keras.layers.Dense(
+            self.num_transformed,
+            kernel_initializer="zeros",
+            kernel_regularizer=self.kernel_regularizer,
+            dtype=self.dtype_policy,
+            name=f"{prefix}_output",
+        )
+        out.build((None, width))
+        layers.append(out)
+        return layers
+
+    def call(self, x_copied, conditional_input=None):
+        x_copied = tf.convert_to_tensor(x_copied, dtype=self.compute_dtype)
+        _checks.check_event_size(x_copied, self.num_copied, "CouplingNetworks")
+        _checks.check_conditional_input(
+            conditional_input, self.conditional_dims, "CouplingNetworks"
+        )
+        h = x_copied
+        if conditional_input is not None:
+            y = tf.cast(conditional_input, self.compute_dtype)
+            batch = tf.broadcast_dynamic_shape(tf.shape(h)[:-1], tf.shape(y)[:-1])
+            h = tf.concat(
+                [
+                    tf.broadcast_to(h, tf.concat([batch, [self.num_copied]], 0)),
+                    tf.broadcast_to(y, tf.concat([batch, [self.conditional_dims]], 0)),
+                ],
+                axis=-1,
+            )
+        log_scale, shift = h, h
+        for layer in self.scale_net:
+            log_scale = layer(log_scale)
+        for layer in self.shift_net:
+            shift = layer(shift)
+        return shift, log_scale
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_copied=self.num_copied,
+            num_transformed=self.num_transformed,
+            hidden_units=self.hidden_units,
+            conditional_dims=self.conditional_dims,
+            kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
+        )
+        return config

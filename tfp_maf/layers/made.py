@@ -1,0 +1,308 @@
+"""MADE as Keras 3 layers: the trainable shell behind MAF and MADE MoG.
+
+A MADE maps ``x`` (and optionally side information ``y``) to the parameters
+of every conditional ``p(x_i | x_<i, y)`` in one pass. Masks multiply the
+weight matrices so that output ``i`` only sees variables before ``i`` in the
+order (`tfp_maf.masks`); ``y`` is not masked: it comes before every ``x_i``.
+
+    h_0 = x
+    h_l = act(h_{l-1} @ (W_l * M_l) + y @ V_l + b_l)        l = 1..L
+    out = h_L @ (W_out * M_out) + b_out                     [..., D, P]
+
+``P`` is 2 for the Gaussian head (shift ``mu_i``, log-scale ``alpha_i``) and
+``3 C`` for the mixture head (``C`` logits, means, log-scales). The head's
+parameters share ONE output matmul: its mask is the output mask repeated ``P``
+times, so a whole MADE costs ``L + 1`` matmuls (plus one per layer for ``y``).
+
+Example:
+
+>>> import numpy as np
+>>> from tfp_maf.layers import MADE
+>>> made = MADE(3, hidden_units=[8], seed=0)
+>>> shift, log_scale = made(np.zeros((5, 3), np.float32))
+>>> tuple(shift.shape), tuple(log_scale.shape)
+((5, 3), (5, 3))
+
+References:
+  [1] Germain, Gregor, Murray, Larochelle. MADE: Masked Autoencoder for
+      Distribution Estimation. ICML 2015. https://arxiv.org/abs/1502.03509
+  [2] Papamakarios, Pavlakou, Murray. Masked Autoregressive Flow for Density
+      Estimation. NeurIPS 2017. https://arxiv.org/abs/1705.07057
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfp_maf import _checks, masks
+
+__all__ = ["MADE", "MaskedDense"]
+
+
+@keras.saving.register_keras_serializable(package="tfp_maf")
+class MaskedDense(keras.layers.Layer):
+    """Dense layer whose kernel is multiplied by a fixed binary mask.
+
+    ``outputs = activation(inputs @ (kernel * mask) + bias)``. The mask is a
+    constant of the layer, not a weight: the autoregressive structure must
+    never be trained away.
+
+    Args:
+      units: number of outputs.
+      mask: array ``[fan_in, units]`` of zeros and ones.
+      activation: a Keras activation name or callable.
+      use_bias: whether to add a bias.
+      kernel_initializer, bias_initializer, kernel_regularizer: as in
+        `keras.layers.Dense`.
+    """
+
+    def __init__(
+        self,
+        units: int,
+        mask,
+        activation=None,
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.units = int(units)
+        self.mask = np.asarray(mask, dtype=np.float32)
+        if self.mask.ndim != 2 or self.mask.shape[1] != self.units:
+            raise ValueError(
+                f"mask must have shape [fan_in, {self.units}], got {self.mask.shape}."
+            )
+        self.activation = keras.activations.get(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        fan_in = self.mask.shape[0]
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(fan_in, self.units),
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+        )
+        self.bias = (
+            self.add_weight(name="bias", shape=(self.units,), initializer=self.bias_initializer)
+            if use_bias
+            else None
+        )
+        self.built = True
+
+    def masked_kernel(self) -> tf.Tensor:
+        return self.kernel * tf.constant(self.mask, dtype=self.kernel.dtype)
+
+    def call(self, inputs):
+        outputs = tf.matmul(inputs, self.masked_kernel())
+        if self.bias is not None:
+            outputs = outputs + self.bias
+        return self.activation(outputs)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            units=self.units,
+            mask=self.mask.astype(int).tolist(),
+            activation=keras.activations.serialize(self.activation),
+            use_bias=self.use_bias,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tfp_maf")
+class MADE(keras.layers.Layer):
+    """Masked autoencoder giving the parameters of each conditional of ``x``.
+
+    Calling the layer returns, for the Gaussian head (``num_components=None``),
+    ``(shift, log_scale)`` each of shape ``[..., D]``; for the mixture head,
+    ``(logits, loc, log_scale)`` each of shape ``[..., D, C]``.
+
+    Args:
+      event_size: ``D``, the number of variables.
+      hidden_units: sizes of the hidden layers, e.g. ``[100, 100]``.
+      num_components: ``None`` for Gaussian conditionals, else ``C``, the
+        number of mixture components of each conditional.
+      activation: hidden activation, ``"relu"`` (the paper's default) or
+        ``"tanh"`` (the paper's choice for GAS).
+      order: ``"left-to-right"``, ``"right-to-left"``, ``"random"`` or an
+        explicit permutation (see `tfp_maf.masks.order_permutation`).
+      hidden_degrees: ``"sequential"`` (the paper) or ``"random"``
+        (Germain et al.; the paper's CIFAR-10 setting).
+      conditional_dims: width ``K`` of the side information ``y``, or ``None``.
+      seed: seed of the random order and random degrees.
+      kernel_initializer: initializer of the hidden kernels.
+      output_kernel_initializer: initializer of the output kernel. The default
+        ``None`` means zeros for the Gaussian head, so that a MAF starts as the
+        identity map (a well-conditioned start for a deep stack), and
+        Glorot-uniform for the mixture head, where equal components would get
+        equal gradients and never separate.
+      kernel_regularizer: applied to every kernel, e.g. ``keras.regularizers.L2(1e-6)``.
+    """
+
+    def __init__(
+        self,
+        event_size: int,
+        hidden_units: Sequence[int] = (64, 64),
+        num_components: int | None = None,
+        activation="relu",
+        order: str | Sequence[int] = "left-to-right",
+        hidden_degrees: str = "sequential",
+        conditional_dims: int | None = None,
+        seed: int | None = None,
+        kernel_initializer="glorot_uniform",
+        output_kernel_initializer=None,
+        kernel_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if int(event_size) < 1:
+            raise ValueError(f"event_size must be >= 1, got {event_size}.")
+        if num_components is not None and int(num_components) < 1:
+            raise ValueError(f"num_components must be >= 1 or None, got {num_components}.")
+        if conditional_dims is not None and int(conditional_dims) < 1:
+            raise ValueError(f"conditional_dims must be >= 1 or None, got {conditional_dims}.")
+        self.event_size = int(event_size)
+        self.hidden_units = [int(h) for h in hidden_units]
+        self.num_components = None if num_components is None else int(num_components)
+        self.activation = keras.activations.get(activation)
+        self.order = order if isinstance(order, str) else [int(i) for i in order]
+        self.hidden_degrees = hidden_degrees
+        self.conditional_dims = None if conditional_dims is None else int(conditional_dims)
+        self.seed = seed
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.output_kernel_initializer = output_kernel_initializer
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+
+        D = self.event_size
+        self.permutation = masks.order_permutation(D, order, seed)
+        self.input_degrees = masks.input_degrees(D, self.permutation)
+        degrees, prev = [], self.input_degrees
+        for layer_index, units in enumerate(self.hidden_units):
+            layer_seed = None if seed is None else seed + 1 + layer_index
+            prev = masks.hidden_degrees(units, D, hidden_degrees, prev, layer_seed)
+            degrees.append(prev)
+        self.degrees = degrees
+        self.masks = masks.made_masks(self.input_degrees, degrees)
+
+        self.params_per_dim = 2 if self.num_components is None else 3 * self.num_components
+        self.hidden_layers = [
+            MaskedDense(
+                units,
+                mask,
+                activation=None,  # applied after adding the y projection
+                kernel_initializer=self.kernel_initializer,
+                kernel_regularizer=self.kernel_regularizer,
+                dtype=self.dtype_policy,
+                name=f"hidden_{i}",
+            )
+            for i, (units, mask) in enumerate(zip(self.hidden_units, self.masks[:-1]))
+        ]
+        if output_kernel_initializer is None:
+            output_kernel_initializer = "zeros" if self.num_components is None else "glorot_uniform"
+        self.output_layer = MaskedDense(
+            D * self.params_per_dim,
+            np.repeat(self.masks[-1], self.params_per_dim, axis=1),
+            kernel_initializer=output_kernel_initializer,
+            kernel_regularizer=self.kernel_regularizer,
+            dtype=self.dtype_policy,
+            name="output",
+        )
+        # y feeds every hidden layer (the output layer when there is none),
+        # unmasked: y precedes every x_i in the order.
+        self.conditional_kernels = []
+        if self.conditional_dims is not None:
+            widths = self.hidden_units or [D * self.params_per_dim]
+            self.conditional_kernels = [
+                self.add_weight(
+                    name=f"conditional_kernel_{i}",
+                    shape=(self.conditional_dims, w),
+                    initializer=self.kernel_initializer,
+                    regularizer=self.kernel_regularizer,
+                )
+                for i, w in enumerate(widths)
+            ]
+        self.built = True
+
+    # -- the network ---------------------------------------------------------
+
+    def _flatten(self, x, conditional_input):
+        """Broadcasts x against y and flattens the batch to one axis."""
+        x = tf.convert_to_tensor(x, dtype=self.compute_dtype)
+        _checks.check_event_size(x, self.event_size, "MADE")
+        _checks.check_conditional_input(conditional_input, self.conditional_dims, "MADE")
+        batch_shape = tf.shape(x)[:-1]
+        y = None
+        if conditional_input is not None:
+            y = tf.cast(conditional_input, self.compute_dtype)
+            batch_shape = tf.broadcast_dynamic_shape(batch_shape, tf.shape(y)[:-1])
+            y = tf.reshape(
+                tf.broadcast_to(y, tf.concat([batch_shape, [self.conditional_dims]], 0)),
+                [-1, self.conditional_dims],
+            )
+            x = tf.broadcast_to(x, tf.concat([batch_shape, [self.event_size]], 0))
+        return tf.reshape(x, [-1, self.event_size]), y, batch_shape
+
+    def conditional_terms(self, y):
+        """``y @ V_l`` for every layer that y feeds; computed once per ``y``."""
+        if y is None:
+            return [None] * max(len(self.hidden_units), 1)
+        return [tf.matmul(y, tf.cast(v, y.dtype)) for v in self.conditional_kernels]
+
+    def flat_params(self, x2d, y_terms):
+        """Raw outputs ``[N, D * P]`` from flat inputs ``[N, D]``."""
+        h = x2d
+        for layer, y_term in zip(self.hidden_layers, y_terms):
+            h = layer(h)
+            if y_term is not None:
+                h = h + y_term
+            h = self.activation(h)
+        out = self.output_layer(h)
+        if not self.hidden_layers and y_terms[0] is not None:
+            out = out + y_terms[0]
+        return out
+
+    def call(self, x, conditional_input=None):
+        x2d, y, batch_shape = self._flatten(x, conditional_input)
+        out = self.flat_params(x2d, self.conditional_terms(y))
+        return self.split_params(out, batch_shape)
+
+    def split_params(self, out, batch_shape):
+        """Splits raw outputs into the head's parameters of shape batch + [D(, C)]."""
+        D, P = self.event_size, self.params_per_dim
+        out = tf.reshape(out, tf.concat([batch_shape, [D, P]], 0))
+        if self.num_components is None:
+            return out[..., 0], out[..., 1]
+        C = self.num_components
+        return out[..., :C], out[..., C : 2 * C], out[..., 2 * C :]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            event_size=self.event_size,
+            hidden_units=self.hidden_units,
+            num_components=self.num_components,
+            activation=keras.activations.serialize(self.activation),
+            order=self.order,
+            hidden_degrees=self.hidden_degrees,
+            conditional_dims=self.conditional_dims,
+            seed=self.seed,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            output_kernel_initializer=(
+                keras.initializers.serialize(keras.initializers.get(self.output_kernel_initializer))
+                if self.output_kernel_initializer is not None
+                else None
+            ),
+            kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
+        )
+        return config
