@@ -11,6 +11,7 @@ import tensorflow_probability as tfp
 from tfp_maf import _checks
 from tfp_maf.bijectors._cache import GreedyGraphOnlyCache
 from tfp_maf.bijectors.masked_autoregressive import _dtype_of
+from tfp_maf.math import soft_bound
 
 tfb = tfp.bijectors
 
@@ -58,6 +59,8 @@ class AffineCoupling(tfb.Bijector):
       parity: ``"even"`` or ``"odd"``, which half is copied.
       validate_args: TFP's flag.
       name: the bijector's name (unique within a `tfb.Chain`).
+      log_scale_bound: ``None`` (the paper) or ``B``: see
+        `tfp_maf.bijectors.MaskedAutoregressive`.
 
     Call-time keyword: ``conditional_input``, the side information ``y``.
 
@@ -90,9 +93,11 @@ class AffineCoupling(tfb.Bijector):
         parity: str = "even",
         validate_args: bool = False,
         name: str = "affine_coupling",
+        log_scale_bound: float | None = None,
     ):
         parameters = dict(locals())
         self._fn = shift_and_log_scale_fn
+        self._log_scale_bound = log_scale_bound
         self._event_size = int(event_size)
         self._parity = parity
         self._copied, self._transformed = coupling_partition(self._event_size, parity)
@@ -126,6 +131,7 @@ class AffineCoupling(tfb.Bijector):
             shift, log_scale = self._fn(z_c)
         else:
             shift, log_scale = self._fn(z_c, conditional_input=conditional_input)
+        log_scale = soft_bound(log_scale, self._log_scale_bound)
         # Broadcast the copied half against the conditional input's batch.
         z_c = z_c + tf.zeros_like(shift[..., :1])
         if sign > 0:

@@ -8,6 +8,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tfp_maf import _checks
+from tfp_maf.math import soft_bound
 from tfp_maf.bijectors._cache import GreedyGraphOnlyCache
 
 tfb = tfp.bijectors
@@ -51,6 +52,10 @@ class MaskedAutoregressive(tfb.Bijector):
       name: the bijector's name. Give every conditional bijector in a
         `tfb.Chain` a unique name: TFP routes keyword arguments by name (see
         `tfp_maf.flow_kwargs`).
+      log_scale_bound: ``None`` (the paper: ``alpha`` unbounded) or ``B``:
+        ``alpha`` passes through `tfp_maf.math.soft_bound`, exactly the
+        identity for ``|alpha| <= B / 2`` and never beyond ``+-B``, so
+        ``exp(+-alpha)`` stays finite on wild inputs.
 
     Call-time keyword: ``conditional_input``, the side information ``y`` of
     shape ``batch + [K]`` (broadcast against the batch of ``x``).
@@ -83,6 +88,7 @@ class MaskedAutoregressive(tfb.Bijector):
         made: Callable,
         validate_args: bool = False,
         name: str = "masked_autoregressive",
+        log_scale_bound: float | None = None,
     ):
         parameters = dict(locals())
         num_components = getattr(made, "num_components", None)
@@ -93,6 +99,7 @@ class MaskedAutoregressive(tfb.Bijector):
                 "Use tfp_maf.distributions.MADEMoG for mixture conditionals."
             )
         self._made = made
+        self._log_scale_bound = log_scale_bound
         self._event_size = getattr(made, "event_size", None)
         self._conditional_dims = getattr(made, "conditional_dims", None)
         super().__init__(
@@ -119,8 +126,10 @@ class MaskedAutoregressive(tfb.Bijector):
         if self._event_size is not None:
             _checks.check_event_size(x, self._event_size, self.name)
         if conditional_input is None:
-            return self._made(x)
-        return self._made(x, conditional_input=conditional_input)
+            shift, log_scale = self._made(x)
+        else:
+            shift, log_scale = self._made(x, conditional_input=conditional_input)
+        return shift, soft_bound(log_scale, self._log_scale_bound)
 
     def _augmented_inverse(self, x, conditional_input=None):
         shift, log_scale = self._shift_and_log_scale(x, conditional_input)

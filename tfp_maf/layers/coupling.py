@@ -89,9 +89,10 @@ class CouplingNetworks(keras.layers.Layer):
             conditional_input, self.conditional_dims, "CouplingNetworks"
         )
         h = x_copied
+        batch = tf.shape(h)[:-1]
         if conditional_input is not None:
             y = tf.cast(conditional_input, self.compute_dtype)
-            batch = tf.broadcast_dynamic_shape(tf.shape(h)[:-1], tf.shape(y)[:-1])
+            batch = tf.broadcast_dynamic_shape(batch, tf.shape(y)[:-1])
             h = tf.concat(
                 [
                     tf.broadcast_to(h, tf.concat([batch, [self.num_copied]], 0)),
@@ -99,12 +100,15 @@ class CouplingNetworks(keras.layers.Layer):
                 ],
                 axis=-1,
             )
+        # Dense layers want a matrix: flatten the batch, restore it at the end.
+        h = tf.reshape(h, [-1, h.shape[-1]])
         log_scale, shift = h, h
         for layer in self.scale_net:
             log_scale = layer(log_scale)
         for layer in self.shift_net:
             shift = layer(shift)
-        return shift, log_scale
+        out_shape = tf.concat([batch, [self.num_transformed]], 0)
+        return tf.reshape(shift, out_shape), tf.reshape(log_scale, out_shape)
 
     def get_config(self):
         config = super().get_config()

@@ -1,0 +1,78 @@
+"""Shared fixtures: dtypes, execution modes, and the bijectors under test."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tfp_maf import (  # noqa: E402
+    MADE,
+    AffineCoupling,
+    CouplingNetworks,
+    ExpGammaBatchNorm,
+    MaskedAutoregressive,
+    coupling_partition,
+)
+from tfp_maf.testing import randomize_weights  # noqa: E402
+
+TOL = {tf.float32: dict(rtol=2e-4, atol=2e-4), tf.float64: dict(rtol=1e-9, atol=1e-9)}
+
+
+@pytest.fixture(params=[tf.float32, tf.float64], ids=["float32", "float64"])
+def dtype(request):
+    return request.param
+
+
+@pytest.fixture(params=["eager", "function"])
+def mode(request):
+    """Runs a zero-argument callable eagerly or inside a fresh `tf.function`."""
+    if request.param == "eager":
+        return lambda fn: fn()
+    return lambda fn: tf.function(fn)()
+
+
+def make_bijector(
+    kind: str, dtype, event_size: int = 4, conditional_dims=None, seed=0, log_scale_bound=None
+):
+    """A bijector with random (non-identity) weights; returns (bijector, kwargs_factory)."""
+    np_dtype = dtype.as_numpy_dtype
+    if kind == "maf":
+        made = MADE(
+            event_size,
+            hidden_units=[16, 16],
+            order="random",
+            seed=seed,
+            conditional_dims=conditional_dims,
+            dtype=dtype.name,
+        )
+        randomize_weights(made, seed)
+        return MaskedAutoregressive(made, name=f"maf_{seed}", log_scale_bound=log_scale_bound)
+    if kind in ("coupling_even", "coupling_odd"):
+        parity = kind.split("_")[1]
+        copied, transformed = coupling_partition(event_size, parity)
+        nets = CouplingNetworks(
+            len(copied), len(transformed), [16], conditional_dims=conditional_dims, dtype=dtype.name
+        )
+        randomize_weights(nets, seed)
+        return AffineCoupling(
+            nets, event_size, parity, name=f"coupling_{seed}", log_scale_bound=log_scale_bound
+        )
+    if kind == "batch_norm":
+        rng = np.random.RandomState(seed)
+        return ExpGammaBatchNorm(
+            beta=rng.normal(size=event_size).astype(np_dtype),
+            gamma=rng.normal(size=event_size).astype(np_dtype),
+            mean=rng.normal(size=event_size).astype(np_dtype),
+            variance=rng.uniform(0.5, 2.0, size=event_size).astype(np_dtype),
+            name=f"batch_norm_{seed}",
+        )
+    raise ValueError(kind)
+
+
+BIJECTOR_KINDS = ["maf", "coupling_even", "coupling_odd", "batch_norm"]
+CONDITIONAL_KINDS = ["maf", "coupling_even", "coupling_odd"]

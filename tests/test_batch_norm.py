@@ -1,0 +1,108 @@
+"""ExpGammaBatchNorm and its Keras layer against hand-computed values (appendix B)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfp_maf import ExpGammaBatchNorm, ExpGammaBatchNormalization, flow_kwargs
+
+EPS = 1e-5
+
+
+def _reference_inverse(x, beta, gamma, m, v):
+    u = (x - m) / np.sqrt(v + EPS) * np.exp(gamma) + beta
+    ildj = np.sum(gamma - 0.5 * np.log(v + EPS)) * np.ones(x.shape[0])
+    return u, ildj
+
+
+@pytest.fixture
+def setup():
+    rng = np.random.RandomState(0)
+    x = rng.normal(loc=3.0, scale=2.0, size=(100, 3))
+    params = dict(
+        beta=rng.normal(size=3), gamma=rng.normal(size=3),
+        mean=rng.normal(size=3), variance=rng.uniform(0.5, 2, size=3),
+    )
+    return x, params
+
+
+def test_evaluation_uses_the_stored_statistics(setup, mode):
+    x, p = setup
+    b = ExpGammaBatchNorm(**p)
+    u, ildj = mode(lambda: (b.inverse(x), b.inverse_log_det_jacobian(x, event_ndims=1)))
+    ref_u, ref_ildj = _reference_inverse(x, p["beta"], p["gamma"], p["mean"], p["variance"])
+    np.testing.assert_allclose(u, ref_u, rtol=1e-10)
+    np.testing.assert_allclose(ildj, ref_ildj, rtol=1e-10)
+    # forward is the exact inverse, from the same statistics.
+    np.testing.assert_allclose(b.forward(tf.constant(ref_u)), x, rtol=1e-10)
+
+
+def test_training_uses_minibatch_statistics(setup, mode):
+    x, p = setup
+    b = ExpGammaBatchNorm(**p)
+    u, ildj = mode(
+        lambda: (b.inverse(x, training=True), b.inverse_log_det_jacobian(x, 1, training=True))
+    )
+    m, v = x.mean(0), x.var(0)  # biased variance, as the paper's minibatch statistic
+    ref_u, ref_ildj = _reference_inverse(x, p["beta"], p["gamma"], m, v)
+    np.testing.assert_allclose(u, ref_u, rtol=1e-10)
+    np.testing.assert_allclose(ildj, ref_ildj, rtol=1e-10)
+    assert not np.allclose(u, b.inverse(x, training=False))
+
+
+def test_training_normalises_the_batch_at_zero_parameters(setup):
+    x, _ = setup
+    bn = ExpGammaBatchNormalization(3, dtype="float64")
+    u = bn(x, training=True).numpy()
+    np.testing.assert_allclose(u.mean(0), 0.0, atol=1e-10)
+    np.testing.assert_allclose(u.std(0), 1.0, atol=1e-4)
+
+
+def test_statistics_change_only_through_set_statistics(setup):
+    x, _ = setup
+    bn = ExpGammaBatchNormalization(3, dtype="float64")
+    before = [w.numpy().copy() for w in (bn.mean, bn.variance)]
+    bn(x, training=True)
+    bn.bijector().inverse(x, training=True)
+    for w, b in zip((bn.mean, bn.variance), before):
+        np.testing.assert_array_equal(w.numpy(), b)
+    bn.set_statistics(x.mean(0), x.var(0))
+    np.testing.assert_allclose(bn.mean.numpy(), x.mean(0))
+    # After setting the training set's statistics, evaluation = training on that set.
+    np.testing.assert_allclose(bn(x, training=False), bn(x, training=True), rtol=1e-10)
+    assert [w.name for w in bn.trainable_weights] == ["beta", "gamma"]
+
+
+def test_layer_bijector_reads_current_weights(setup):
+    x, _ = setup
+    bn = ExpGammaBatchNormalization(3, dtype="float64")
+    bijector = bn.bijector()
+    bn.gamma.assign(np.log([2.0, 3.0, 4.0]))
+    np.testing.assert_allclose(
+        bijector.inverse_log_det_jacobian(x, event_ndims=1),
+        (np.log(24.0) - 1.5 * np.log(1 + EPS)) * np.ones(100),
+    )
+
+
+def test_set_statistics_rejects_bad_values():
+    bn = ExpGammaBatchNormalization(3)
+    with pytest.raises(ValueError, match=r"mean of shape \(3,\), got \(2,\)"):
+        bn.set_statistics([0.0, 0.0], [1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="non-finite"):
+        bn.set_statistics([0.0, np.nan, 0.0], [1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="variances must be >= 0"):
+        bn.set_statistics([0.0, 0.0, 0.0], [1.0, -1.0, 1.0])
+
+
+def test_flow_kwargs_routes_training_and_rejects_duplicate_names():
+    import tensorflow_probability as tfp
+
+    a = ExpGammaBatchNormalization(2, name="bn").bijector()
+    b = ExpGammaBatchNormalization(2, name="bn").bijector()
+    with pytest.raises(ValueError, match="both named 'bn'"):
+        flow_kwargs(tfp.bijectors.Chain([a, b]), training=True)
+    chain = tfp.bijectors.Chain([tfp.bijectors.Invert(a)])
+    assert flow_kwargs(chain, training=True) == {"invert_bn": {"training": True}}
+    assert flow_kwargs(chain) == {}
