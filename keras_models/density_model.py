@@ -1,0 +1,169 @@
+"""DensityModel: a Keras 3 model whose output is log p(x) or log p(x | y)."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from tfp_maf import ExpGammaBatchNorm, ExpGammaBatchNormalization, flow_kwargs
+
+tfd = tfp.distributions
+
+__all__ = ["DensityModel", "unpack"]
+
+
+def unpack(data):
+    """``x`` or ``(x,)`` or ``(x, y)`` as yielded by a `tf.data` pipeline -> ``(x, y)``."""
+    if isinstance(data, (tuple, list)):
+        if len(data) == 1:
+            return data[0], None
+        if len(data) == 2:
+            return data[0], data[1]
+        raise ValueError(f"expected x or (x, y) from the dataset, got a tuple of {len(data)}.")
+    return data, None
+
+
+class DensityModel(keras.Model):
+    """Base of every model in the zoo: the model owns the weights, and
+    `distribution` builds a fresh TFP distribution from them on demand.
+
+    * ``model(x)`` / ``model((x, y))`` and ``model.log_prob(x, y)`` give the
+      log-density per example.
+    * ``fit`` / ``evaluate`` report the mean negative log-likelihood as
+      ``loss`` (a `keras.metrics.Mean`, reset every epoch). Regularization
+      losses (the paper's L2 penalty) are added to the gradient, not to the
+      reported number, so ``loss`` is comparable to a test log-likelihood.
+    * ``sample(n, y=None, seed=None)``.
+
+    Subclasses implement `distribution(y, training)` and `_log_prob_kwargs`.
+    """
+
+    def __init__(self, event_size: int, conditional_dims: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        if int(event_size) < 1:
+            raise ValueError(f"event_size must be >= 1, got {event_size}.")
+        self.event_size = int(event_size)
+        self.conditional_dims = None if conditional_dims is None else int(conditional_dims)
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        # Every layer creates its weights in __init__: nothing is built lazily.
+        self.built = True
+
+    # -- to implement ----------------------------------------------------------
+
+    def distribution(self, y=None, training: bool = False) -> tfd.Distribution:
+        raise NotImplementedError
+
+    def _log_prob_kwargs(self, dist, y, training) -> dict:
+        return {}
+
+    # -- density ---------------------------------------------------------------
+
+    def _check(self, x, y):
+        x = tf.convert_to_tensor(x)
+        if not x.dtype.is_floating:
+            raise TypeError(f"{self.name}: expected floating-point x, got {x.dtype.name}.")
+        x = tf.cast(x, self.compute_dtype)
+        if x.shape.rank is not None and (x.shape.rank == 0 or x.shape[-1] != self.event_size):
+            raise ValueError(
+                f"{self.name}: expected x with {self.event_size} columns, got shape "
+                f"{x.shape.as_list()}."
+            )
+        if self.conditional_dims is None:
+            if y is not None:
+                raise ValueError(f"{self.name} is unconditional, but y was given.")
+            return x, None
+        if y is None:
+            raise ValueError(
+                f"{self.name} is conditional on y with {self.conditional_dims} columns: "
+                "pass (x, y)."
+            )
+        y = tf.cast(tf.convert_to_tensor(y), self.compute_dtype)
+        if y.shape.rank is not None and (y.shape.rank == 0 or y.shape[-1] != self.conditional_dims):
+            raise ValueError(
+                f"{self.name}: expected y with {self.conditional_dims} columns, got shape "
+                f"{y.shape.as_list()}."
+            )
+        return x, y
+
+    def log_prob(self, x, y=None, training: bool = False) -> tf.Tensor:
+        x, y = self._check(x, y)
+        dist = self.distribution(y, training=training)
+        return dist.log_prob(x, **self._log_prob_kwargs(dist, y, training))
+
+    def call(self, inputs, training=False):
+        x, y = unpack(inputs)
+        return self.log_prob(x, y, training=bool(training))
+
+    def sample(self, n: int, y=None, seed=None) -> tf.Tensor:
+        """``n`` samples; for a conditional model ``y`` is one row ``[K]`` or ``[n, K]``."""
+        if self.conditional_dims is not None:
+            if y is None:
+                raise ValueError(f"{self.name} is conditional: pass y to sample.")
+            y = tf.cast(tf.convert_to_tensor(y), self.compute_dtype)
+        elif y is not None:
+            raise ValueError(f"{self.name} is unconditional, but y was given.")
+        dist = self.distribution(y, training=False)
+        return dist.sample(n, seed=seed, **self._log_prob_kwargs(dist, y, False))
+
+    # -- training --------------------------------------------------------------
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker]
+
+    def train_step(self, data):
+        x, y = unpack(data)
+        with tf.GradientTape() as tape:
+            nll = -tf.reduce_mean(self.log_prob(x, y, training=True))
+            penalty = tf.add_n(self.losses) if self.losses else 0.0
+            total = nll + tf.cast(penalty, nll.dtype)
+        variables = self.trainable_variables
+        if variables:
+            self.optimizer.apply(tape.gradient(total, variables), variables)
+        self.loss_tracker.update_state(nll)
+        return {"loss": self.loss_tracker.result()}
+
+    def test_step(self, data):
+        x, y = unpack(data)
+        self.loss_tracker.update_state(-tf.reduce_mean(self.log_prob(x, y, training=False)))
+        return {"loss": self.loss_tracker.result()}
+
+    # -- batch norm --------------------------------------------------------------
+
+    def batch_norm_layers(self) -> list[ExpGammaBatchNormalization]:
+        return [layer for layer in self._flatten_layers() if isinstance(layer, ExpGammaBatchNormalization)]
+
+    def set_batch_norm_statistics(self, x, y=None, batch_size: int = 10_000) -> None:
+        """Sets every batch norm's statistics to those of the whole training set.
+
+        The paper's evaluation-time statistics: the training data is mapped
+        towards the noise, in evaluation mode, and each batch norm gets the
+        mean and variance of what reaches it.
+        """
+        if not self.batch_norm_layers():
+            return
+        x = np.asarray(x)
+        dist = self.distribution(None if y is None else tf.constant(y[:1]), training=False)
+        bijectors = list(dist.bijector.bijectors)  # data side first
+        current = [tf.cast(x[i : i + batch_size], self.compute_dtype) for i in range(0, len(x), batch_size)]
+        ys = [None if y is None else tf.cast(y[i : i + batch_size], self.compute_dtype) for i in range(0, len(x), batch_size)]
+        for b in bijectors:
+            if isinstance(b, ExpGammaBatchNorm):
+                values = np.concatenate([c.numpy() for c in current]).astype(np.float64)
+                layer = self._batch_norm_by_name[b.name]
+                layer.set_statistics(values.mean(0), values.var(0))
+                b = layer.bijector()
+            current = [
+                b.inverse(c, **flow_kwargs(b, conditional_input=yy)) for c, yy in zip(current, ys)
+            ]
+
+    @property
+    def _batch_norm_by_name(self) -> dict:
+        return {layer.name: layer for layer in self.batch_norm_layers()}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(event_size=self.event_size, conditional_dims=self.conditional_dims)
+        return config
