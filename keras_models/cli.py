@@ -6,6 +6,7 @@ density, whose exact expected log-likelihood is -3.531 nats::
     tfp-maf train --model maf5 --out runs/maf5
     tfp-maf evaluate --out runs/maf5
     tfp-maf sample --out runs/maf5 -n 5
+    tfp-maf export --out runs/maf5
 """
 
 from __future__ import annotations
@@ -121,6 +122,15 @@ def cmd_sample(args) -> dict:
     return {"samples": samples.tolist()}
 
 
+def cmd_export(args) -> dict:
+    from keras_models.export import export_saved_model
+
+    model = _load_model(args.out)
+    target = args.saved_model or str(Path(args.out) / "saved_model")
+    export_saved_model(model, target)
+    return {"saved_model": target, "signatures": ["log_prob", "sample"]}
+
+
 def _parser() -> argparse.ArgumentParser:
     from keras_models.zoo import MODELS
 
@@ -152,6 +162,11 @@ def _parser() -> argparse.ArgumentParser:
     sample.add_argument("-n", type=int, default=10)
     sample.add_argument("--seed", type=int, default=0)
     sample.set_defaults(func=cmd_sample)
+
+    export = sub.add_parser("export", help="write a SavedModel serving log_prob and sample")
+    export.add_argument("--out", required=True)
+    export.add_argument("--saved-model", default=None, help="default: <out>/saved_model")
+    export.set_defaults(func=cmd_export)
     return parser
 
 

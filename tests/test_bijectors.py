@@ -24,33 +24,26 @@ def _data(dtype, shape, seed):
     return tf.constant(np.random.RandomState(seed).normal(size=shape), dtype=dtype)
 
 
-@pytest.mark.parametrize("kind", BIJECTOR_KINDS)
-def test_round_trip(kind, dtype, mode):
-    b = make_bijector(kind, dtype, D)
-    u, x = _data(dtype, [8, D], 1), _data(dtype, [8, D], 2)
-    assert_pairs_close(mode(lambda: round_trip_pairs(b, u, x)), kind, **TOL[dtype])
+CASES = [(kind, None) for kind in BIJECTOR_KINDS] + [(kind, 3) for kind in CONDITIONAL_KINDS]
 
 
-@pytest.mark.parametrize("kind", CONDITIONAL_KINDS)
-def test_round_trip_conditional(kind, dtype, mode):
-    b = make_bijector(kind, dtype, D, conditional_dims=3)
-    u, x, y = _data(dtype, [8, D], 1), _data(dtype, [8, D], 2), _data(dtype, [8, 3], 3)
-    kw = {"conditional_input": y}
+def _case(kind, conditional_dims, dtype, seed):
+    """A bijector, u, x and the call kwargs (with y for a conditional case)."""
+    b = make_bijector(kind, dtype, D, conditional_dims=conditional_dims)
+    u, x = _data(dtype, [8, D], seed), _data(dtype, [8, D], seed + 1)
+    kw = {} if conditional_dims is None else {"conditional_input": _data(dtype, [8, 3], seed + 2)}
+    return b, u, x, kw
+
+
+@pytest.mark.parametrize("kind, conditional_dims", CASES)
+def test_round_trip(kind, conditional_dims, dtype, mode):
+    b, u, x, kw = _case(kind, conditional_dims, dtype, 1)
     assert_pairs_close(mode(lambda: round_trip_pairs(b, u, x, kw)), kind, **TOL[dtype])
 
 
-@pytest.mark.parametrize("kind", BIJECTOR_KINDS)
-def test_log_det_matches_autodiff(kind, dtype, mode):
-    b = make_bijector(kind, dtype, D)
-    u, x = _data(dtype, [6, D], 4), _data(dtype, [6, D], 5)
-    assert_pairs_close(mode(lambda: log_det_pairs(b, u, x)), kind, **TOL[dtype])
-
-
-@pytest.mark.parametrize("kind", CONDITIONAL_KINDS)
-def test_log_det_matches_autodiff_conditional(kind, dtype, mode):
-    b = make_bijector(kind, dtype, D, conditional_dims=2)
-    u, x, y = _data(dtype, [6, D], 4), _data(dtype, [6, D], 5), _data(dtype, [6, 2], 6)
-    kw = {"conditional_input": y}
+@pytest.mark.parametrize("kind, conditional_dims", CASES)
+def test_log_det_matches_autodiff(kind, conditional_dims, dtype, mode):
+    b, u, x, kw = _case(kind, conditional_dims, dtype, 4)
     assert_pairs_close(mode(lambda: log_det_pairs(b, u, x, kw)), kind, **TOL[dtype])
 
 
