@@ -70,10 +70,14 @@ class DensityModel(keras.Model):
                 f"{self.name}: expected x with {self.event_size} columns, got shape "
                 f"{x.shape.as_list()}."
             )
+        return x, self._check_y(y)
+
+    def _check_y(self, y):
+        """``y`` cast to the model's dtype; errors name what was expected."""
         if self.conditional_dims is None:
             if y is not None:
                 raise ValueError(f"{self.name} is unconditional, but y was given.")
-            return x, None
+            return None
         if y is None:
             raise ValueError(
                 f"{self.name} is conditional on y with {self.conditional_dims} columns: "
@@ -85,7 +89,7 @@ class DensityModel(keras.Model):
                 f"{self.name}: expected y with {self.conditional_dims} columns, got shape "
                 f"{y.shape.as_list()}."
             )
-        return x, y
+        return y
 
     def log_prob(self, x, y=None, training: bool = False) -> tf.Tensor:
         x, y = self._check(x, y)
@@ -98,12 +102,7 @@ class DensityModel(keras.Model):
 
     def sample(self, n: int, y=None, seed=None) -> tf.Tensor:
         """``n`` samples; for a conditional model ``y`` is one row ``[K]`` or ``[n, K]``."""
-        if self.conditional_dims is not None:
-            if y is None:
-                raise ValueError(f"{self.name} is conditional: pass y to sample.")
-            y = tf.cast(tf.convert_to_tensor(y), self.compute_dtype)
-        elif y is not None:
-            raise ValueError(f"{self.name} is unconditional, but y was given.")
+        y = self._check_y(y)
         dist = self.distribution(y, training=False)
         return dist.sample(n, seed=seed, **self._log_prob_kwargs(dist, y, False))
 
