@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-__all__ = ["Figure1Density"]
+__all__ = ["Figure1Density", "load_figure1"]
 
 
 class Figure1Density:
@@ -44,3 +44,10 @@ class Figure1Density:
     def splits(self, n_train=10_000, n_val=2_000, n_test=10_000, seed=0):
         """Train / validation / test arrays from disjoint seeds."""
         return self.sample(n_train, seed), self.sample(n_val, seed + 1), self.sample(n_test, seed + 2)
+
+
+def load_figure1(n_train: int = 10_000, n_val: int = 2_000, n_test: int = 10_000, seed: int = 0):
+    """The Figure 1 density as ``Splits`` (the command line's embedded default)."""
+    from keras_models.data.splits import Splits
+
+    return Splits("figure1", *Figure1Density().splits(n_train, n_val, n_test, seed))

@@ -1,0 +1,63 @@
+"""``tf.data`` pipelines over in-memory splits that keep up with training.
+
+The training pipeline shuffles row *indices* (a fresh permutation every epoch) and gathers
+one whole batch per step, instead of slicing and re-batching single rows: one gather per
+batch costs a few microseconds, so the pipeline is never what limits a training step
+(``benchmarks/pipeline.py`` measures both).
+"""
+
+from __future__ import annotations
+
+import typing
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["Pipelines", "array_dataset", "make_pipelines"]
+
+
+class Pipelines(typing.NamedTuple):
+    train: tf.data.Dataset
+    validation: tf.data.Dataset
+    test: tf.data.Dataset
+
+
+def array_dataset(x: np.ndarray, y: np.ndarray | None = None, batch_size: int = 100,
+                  shuffle: bool = False, seed: int | None = None,
+                  drop_remainder: bool = False) -> tf.data.Dataset:
+    """Batches of ``x`` (or ``(x, y)``) from arrays, shuffled anew each epoch if asked.
+
+    Example:
+
+    >>> import numpy as np
+    >>> ds = array_dataset(np.zeros((250, 3), np.float32), batch_size=100, shuffle=True, seed=0)
+    >>> [b.shape[0] for b in ds]
+    [100, 100, 50]
+    """
+    if y is not None and len(y) != len(x):
+        raise ValueError(f"expected one label per row ({len(x)}), got {len(y)}.")
+    tensors = (tf.constant(x),) if y is None else (tf.constant(x), tf.constant(y))
+    indices = tf.data.Dataset.range(len(x))
+    if shuffle:
+        indices = indices.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
+    indices = indices.batch(batch_size, drop_remainder=drop_remainder)
+
+    def gather(idx):
+        batch = tuple(tf.gather(t, idx) for t in tensors)
+        return batch[0] if y is None else batch
+
+    return indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def make_pipelines(splits, batch_size: int = 100, eval_batch_size: int = 10_000, seed: int = 0,
+                   conditional: bool = False) -> Pipelines:
+    """Shuffled training batches and ordered validation / test batches of ``splits``
+    (a ``Splits``), yielding ``x``, or ``(x, y)`` when ``conditional``."""
+    if conditional and splits.y_train is None:
+        raise ValueError(f"{splits.name} has no labels: a conditional model needs labelled data.")
+    y = (lambda s: getattr(splits, f"y_{s}")) if conditional else (lambda s: None)
+    return Pipelines(
+        array_dataset(splits.x_train, y("train"), batch_size, shuffle=True, seed=seed),
+        array_dataset(splits.x_val, y("val"), eval_batch_size),
+        array_dataset(splits.x_test, y("test"), eval_batch_size),
+    )
