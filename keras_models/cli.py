@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 __all__ = ["main"]
 
 MODEL_FILE = "model.keras"
@@ -25,70 +27,78 @@ METRICS_FILE = "metrics.json"
 
 
 def _load_data(args):
-    if args.dataset not in (None, "figure1"):
+    from keras_models import data
+
+    name = args.dataset or "figure1"
+    splits = data.load(name, args.data_dir) if name != "figure1" else data.load_figure1(seed=args.seed)
+    if args.conditional and splits.y_train is None:
         raise SystemExit(
-            f"tfp-maf: dataset {args.dataset!r} is not available yet; this release ships the "
-            "embedded default (figure1). The benchmark loaders are tracked in issue 4."
+            f"tfp-maf: --conditional needs labelled data; {name} has no labels "
+            "(labelled: mnist, cifar10)."
         )
-    from keras_models.data import Figure1Density
-
-    density = Figure1Density()
-    train, val, test = density.splits(seed=args.seed)
-    return {
-        "name": "figure1",
-        "x_train": train, "x_val": val, "x_test": test,
-        "y_train": None, "y_val": None, "y_test": None,
-        "exact_test_log_prob": float(density.log_prob(test).mean()),
-        "expected_log_prob": density.expected_log_prob,
-    }
+    return splits
 
 
-def _dataset(x, y, batch_size, shuffle, seed):
-    import tensorflow as tf
+def _evaluate(model, splits, conditional) -> dict:
+    from keras_models.evaluation import (
+        bits_per_pixel,
+        log_likelihoods,
+        marginal_log_likelihoods,
+        mean_and_two_se,
+    )
 
-    ds = tf.data.Dataset.from_tensor_slices(x if y is None else (x, y))
-    if shuffle:
-        ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
-    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    def summary(key, values):
+        mean, two_se = mean_and_two_se(values)
+        return {key: mean, f"{key}_2se": two_se}
 
+    if conditional:
+        # The paper's corrected protocol: log p(x) = log sum_y p(x | y) p(y), uniform p(y).
+        log_p = marginal_log_likelihoods(model, splits.x_test, splits.num_classes)
+        out = summary("test_log_likelihood", log_p)
+        out.update(summary("test_conditional_log_likelihood",
+                           log_likelihoods(model, splits.x_test, splits.y_test)))
+    else:
+        log_p = log_likelihoods(model, splits.x_test)
+        out = summary("test_log_likelihood", log_p)
+    if splits.logit_lambda is not None:
+        out.update(summary("test_bits_per_pixel", bits_per_pixel(log_p, splits.x_test, splits.logit_lambda)))
+    if splits.name == "figure1":
+        from keras_models.data import Figure1Density
 
-def _evaluate(model, data):
-    from keras_models.evaluation import log_likelihoods, mean_and_two_se
-
-    mean, two_se = mean_and_two_se(log_likelihoods(model, data["x_test"], data["y_test"]))
-    return {"test_log_likelihood": mean, "test_log_likelihood_2se": two_se}
+        density = Figure1Density()
+        out["exact_test_log_likelihood"] = float(density.log_prob(splits.x_test).mean())
+        out["expected_log_likelihood"] = density.expected_log_prob
+    return out
 
 
 def cmd_train(args) -> dict:
     import keras
 
-    from keras_models import training, zoo
+    from keras_models import presets, training, zoo
 
     keras.utils.set_random_seed(args.seed)
-    data = _load_data(args)
-    D = data["x_train"].shape[1]
-    kwargs = {}
+    splits = _load_data(args)
+    dataset = splits.name
+    kwargs = {"conditional_dims": splits.num_classes if args.conditional else None}
     if args.model != "gaussian":
-        kwargs = dict(hidden_units=args.hidden_units, seed=args.seed)
-        if args.model == "made":
-            kwargs["batch_norm"] = False
-    model = zoo.build(args.model, D, **kwargs)
-    training.compile_as_paper(model, args.model)
+        kwargs.update(presets.model_kwargs(dataset, args.size_option), seed=args.seed)
+        if args.hidden_units:
+            kwargs["hidden_units"] = args.hidden_units
+    model = zoo.build(args.model, splits.event_size, **kwargs)
+    training.compile_as_paper(model, args.model, jit_compile=args.jit_compile)
+    train_ds, val_ds, _ = splits.pipelines(args.batch_size, seed=args.seed, conditional=args.conditional)
     start = time.monotonic()
     _, info = training.fit_as_paper(
-        model,
-        _dataset(data["x_train"], data["y_train"], args.batch_size, True, args.seed),
-        _dataset(data["x_val"], data["y_val"], 10_000, False, args.seed),
-        data["x_train"], data["y_train"],
+        model, train_ds, val_ds, splits.x_train, splits.y_train if args.conditional else None,
         max_epochs=args.max_epochs, patience=args.patience, max_minutes=args.max_minutes,
         verbose=2 if args.verbose else 0,
     )
     metrics = {
-        "dataset": data["name"], "model": args.model, **_evaluate(model, data),
+        "dataset": dataset, "model": args.model, "conditional": args.conditional,
+        "hidden_units": kwargs.get("hidden_units"), "parameters": int(model.count_params()),
+        **_evaluate(model, splits, args.conditional),
         "epochs": info["epochs"], "early_stopped": info["early_stopped"],
         "wall_time_s": round(time.monotonic() - start, 1),
-        "exact_test_log_likelihood": data.get("exact_test_log_prob"),
-        "expected_log_likelihood": data.get("expected_log_prob"),
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -112,13 +122,21 @@ def _load_model(out):
 def cmd_evaluate(args) -> dict:
     saved = json.loads((Path(args.out) / "args.json").read_text())
     model = _load_model(args.out)
-    data = _load_data(argparse.Namespace(**{**saved, **{"dataset": args.dataset or saved.get("dataset")}}))
-    return {"dataset": data["name"], "model": saved["model"], **_evaluate(model, data)}
+    overrides = {k: v for k, v in (("dataset", args.dataset), ("data_dir", args.data_dir)) if v}
+    saved = argparse.Namespace(**{**saved, **overrides})
+    splits = _load_data(saved)
+    return {"dataset": splits.name, "model": saved.model, **_evaluate(model, splits, saved.conditional)}
 
 
 def cmd_sample(args) -> dict:
     model = _load_model(args.out)
-    samples = model.sample(args.n, seed=args.seed).numpy()
+    y = None
+    if model.conditional_dims:
+        if args.label is None:
+            raise SystemExit(f"tfp-maf: this model is conditional; pass --label 0..{model.conditional_dims - 1}.")
+        y = np.zeros((args.n, model.conditional_dims), np.float32)
+        y[:, args.label] = 1.0
+    samples = model.sample(args.n, y=y, seed=args.seed).numpy()
     return {"samples": samples.tolist()}
 
 
@@ -132,18 +150,25 @@ def cmd_export(args) -> dict:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from keras_models.data import LOADERS
     from keras_models.zoo import MODELS
 
     parser = argparse.ArgumentParser(prog="tfp-maf", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a model; writes model.keras and metrics.json to --out")
-    train.add_argument("--dataset", default=None, help="default: the paper's Figure 1 density")
+    train.add_argument("--dataset", default=None, choices=sorted(LOADERS),
+                       help="default: the paper's Figure 1 density (figure1)")
     train.add_argument("--model", default="maf5", choices=sorted(MODELS))
     train.add_argument("--conditional", action="store_true", help="model p(x | y) (labelled data)")
-    train.add_argument("--data-dir", default=os.environ.get("TFP_MAF_DATA"))
+    train.add_argument("--data-dir", default=None,
+                       help="data root with <dataset>/<file>; default $TFP_MAF_DATA, else ~/.tfp_maf/data")
     train.add_argument("--out", default="runs/default")
-    train.add_argument("--hidden-units", type=int, nargs="+", default=[100, 100])
+    train.add_argument("--hidden-units", type=int, nargs="+", default=None,
+                       help="default: the paper's option --size-option for the dataset")
+    train.add_argument("--size-option", type=int, default=0,
+                       help="index into the paper's hidden-size options for the dataset (0: smallest)")
+    train.add_argument("--jit-compile", action="store_true")
     train.add_argument("--batch-size", type=int, default=100)
     train.add_argument("--max-epochs", type=int, default=1000)
     train.add_argument("--max-minutes", type=float, default=None)
@@ -155,12 +180,14 @@ def _parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser("evaluate", help="print the test log-likelihood of a trained model")
     evaluate.add_argument("--out", required=True)
     evaluate.add_argument("--dataset", default=None)
+    evaluate.add_argument("--data-dir", default=None)
     evaluate.set_defaults(func=cmd_evaluate)
 
     sample = sub.add_parser("sample", help="print samples from a trained model as JSON")
     sample.add_argument("--out", required=True)
     sample.add_argument("-n", type=int, default=10)
     sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--label", type=int, default=None, help="class to sample (conditional models)")
     sample.set_defaults(func=cmd_sample)
 
     export = sub.add_parser("export", help="write a SavedModel serving log_prob and sample")
@@ -173,9 +200,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = _parser().parse_args(argv)
-    if getattr(args, "conditional", False):
-        raise SystemExit("tfp-maf: --conditional needs a labelled dataset; figure1 has no labels.")
-    result = args.func(args)
+    from keras_models.data import DatasetFileNotFoundError
+
+    try:
+        result = args.func(args)
+    except (DatasetFileNotFoundError, ValueError) as err:
+        # Bad input: the message names what was expected; a traceback adds nothing.
+        raise SystemExit(f"tfp-maf: {err}") from err
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

@@ -84,7 +84,8 @@ def fit_as_paper(
     all_callbacks = [*callbacks, stopper] + ([budget] if budget else [])
     all_callbacks.append(BatchNormStatistics(x_train, y_train))
     history = model.fit(
-        train_ds, validation_data=val_ds, epochs=max_epochs, callbacks=all_callbacks, verbose=verbose
+        train_ds, validation_data=val_ds, epochs=max_epochs, callbacks=all_callbacks, verbose=verbose,
+        shuffle=False,  # the pipeline shuffles (a fresh permutation each epoch)
     )
     epochs = len(history.history["loss"])
     return history, {

@@ -92,6 +92,15 @@ class Gaussian(DensityModel):
         tril = tf.einsum("...k,kde->...de", y, self.scale_tril)
         return tfd.MultivariateNormalTriL(loc=loc, scale_tril=tril)
 
+    def sample(self, n: int, y=None, seed=None) -> tf.Tensor:
+        y = self._check_y(y)
+        if y is not None and y.shape.rank == 2:
+            # One label row per sample: the distribution's batch is already the n samples.
+            if y.shape[0] is not None and y.shape[0] != n:
+                raise ValueError(f"{self.name}: expected y with 1 or {n} rows, got shape {y.shape.as_list()}.")
+            return self.distribution(y).sample(seed=seed)
+        return super().sample(n, y, seed)
+
 
 class _FlowModel(DensityModel):
     """Shared plumbing of the flow models: kwargs routing and config."""
@@ -107,6 +116,7 @@ class _FlowModel(DensityModel):
         l2: float = L2,
         seed: int = 0,
         log_scale_bound: float | None = None,
+        hidden_degrees: str = "sequential",
         **kwargs,
     ):
         super().__init__(event_size, conditional_dims, **kwargs)
@@ -117,12 +127,13 @@ class _FlowModel(DensityModel):
         self.l2 = float(l2)
         self.seed = int(seed)
         self.log_scale_bound = log_scale_bound
+        self.hidden_degrees = hidden_degrees
 
     def _made(self, order, name, num_components=None, seed=0):
         return tfp_maf.MADE(
             self.event_size, self.hidden_units, num_components=num_components,
             activation=self.activation, order=order, conditional_dims=self.conditional_dims,
-            seed=seed, kernel_regularizer=_regularizer(self.l2), name=name,
+            hidden_degrees=self.hidden_degrees, seed=seed, kernel_regularizer=_regularizer(self.l2), name=name,
         )
 
     def _log_prob_kwargs(self, dist, y, training):
@@ -143,6 +154,7 @@ class _FlowModel(DensityModel):
             hidden_units=self.hidden_units, num_layers=self.num_layers,
             num_components=self.num_components, activation=self.activation, l2=self.l2,
             seed=self.seed, log_scale_bound=self.log_scale_bound,
+            hidden_degrees=self.hidden_degrees,
         )
         return config
 

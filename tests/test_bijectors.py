@@ -235,6 +235,32 @@ def test_eager_calls_see_weight_updates():
     assert not np.allclose(b.inverse_log_det_jacobian(x, event_ndims=1), before)
 
 
+def test_eager_log_prob_never_runs_the_sequential_forward(monkeypatch):
+    """Eagerly too, log_prob is one pass per MADE: TFP's forward log-det at x = f^-1(y)
+    comes from the inverse pass, not from the D-step forward loop."""
+    made = MADE(D, [8], conditional_dims=2, seed=0)
+    bijector = tfb.Chain([MaskedAutoregressive(made, name="maf_1"), MaskedAutoregressive(made, name="maf_0")])
+    dist = tfd.TransformedDistribution(tfd.MultivariateNormalDiag(loc=tf.zeros(D)), bijector)
+    calls = []
+    original = MaskedAutoregressive._augmented_forward
+    monkeypatch.setattr(
+        MaskedAutoregressive, "_augmented_forward", lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
+    )
+    x, y = _data(tf.float32, [5, D], 3), tf.one_hot([0, 1, 0, 1, 1], 2)
+    kwargs = {"bijector_kwargs": {f"maf_{i}": {"conditional_input": y} for i in range(2)}}
+    lp = dist.log_prob(x, **kwargs)
+    assert not calls
+    u = bijector.inverse(x, maf_0={"conditional_input": y}, maf_1={"conditional_input": y})
+    want = dist.distribution.log_prob(u) + bijector.inverse_log_det_jacobian(
+        x, event_ndims=1, maf_0={"conditional_input": y}, maf_1={"conditional_input": y})
+    np.testing.assert_allclose(lp, want, rtol=1e-5, atol=1e-5)
+    # Another conditional input at the same point is computed, not looked up.
+    inner = bijector.bijectors[1]
+    u0 = inner.inverse(x, conditional_input=y)
+    inner.forward(u0, conditional_input=1 - y)
+    assert len(calls) == 1
+
+
 @pytest.mark.parametrize("kind", BIJECTOR_KINDS + ["mog"])
 def test_density_integrates_to_one_on_a_grid(kind):
     """exp(log_prob) of the flow over N(0, I) (or the MADE MoG) sums to ~1 on a 2-D grid."""
