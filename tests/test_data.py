@@ -283,6 +283,19 @@ def test_mnist_from_prepared_tfds():
     assert np.isfinite(splits.x_test).all()
 
 
+def test_cifar10_from_prepared_tfds_uses_the_batch_layout():
+    import tensorflow_datasets as tfds
+
+    with tfds.testing.mock_data(num_examples=20):
+        splits = images.load_cifar10(source="tfds")
+        (x, _), _ = images._tfds_arrays("cifar10", None)
+    assert splits.sizes == (36, 2, 20) and splits.event_size == 3072
+    # Channel-major like the batches: the first 1024 values are the red plane.
+    pixels = (_sigmoid(splits.x_train[0]) - 0.05) / 0.9 * 256
+    red = x[0][..., 0].reshape(-1)
+    assert np.all((pixels[:1024] - red >= -1e-3) & (pixels[:1024] - red < 1 + 1e-3))
+
+
 # -------------------------------------------------------------------------------- CIFAR-10
 
 def _write_cifar(root, per_batch=20, test=10):
