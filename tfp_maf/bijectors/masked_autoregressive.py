@@ -8,6 +8,8 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tfp_maf import _checks
+from tfp_maf.layers.made import MADE
+from tfp_maf.layers.sequential import sequential_pass
 from tfp_maf.math import soft_bound
 from tfp_maf.bijectors._cache import GreedyGraphOnlyCache
 
@@ -140,6 +142,28 @@ class MaskedAutoregressive(tfb.Bijector):
     def _augmented_forward(self, u, conditional_input=None):
         if self._event_size is not None:
             _checks.check_event_size(u, self._event_size, self.name)
+        if isinstance(self._made, MADE):
+            return self._mask_aware_forward(u, conditional_input)
+        return self._plain_forward(u, conditional_input)
+
+    def _mask_aware_forward(self, u, conditional_input):
+        """x = f(u) in one MADE pass spread over D steps (see `tfp_maf.layers.sequential`)."""
+        made = self._made
+        u2d, y2d, batch_shape = made._flatten(u, conditional_input)
+        # Noise rows in degree order, transposed: row t is the variable of degree t + 1.
+        u_rows = tf.transpose(tf.gather(u2d, made.sequential_plan.var_at, axis=1))
+
+        def emit(params, t):
+            log_scale = soft_bound(params[1], self._log_scale_bound)
+            return u_rows[t] * tf.exp(log_scale) + params[0], log_scale
+
+        x, log_scale = sequential_pass(made, emit, tf.shape(u2d)[0], y2d, u2d.dtype)
+        x = tf.reshape(x, tf.concat([batch_shape, [made.event_size]], 0))
+        fldj = tf.reshape(tf.reduce_sum(log_scale, axis=-1), batch_shape)
+        return x, {"fldj": fldj, "ildj": -fldj}
+
+    def _plain_forward(self, u, conditional_input=None):
+        """x = f(u) by D full passes: for any autoregressive callable (and as the oracle)."""
         event_size = self._event_size or u.shape[-1]
         if event_size is None:
             raise ValueError(f"{self.name}: the number of variables must be known statically.")

@@ -8,6 +8,8 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tfp_maf import _checks
+from tfp_maf.layers.made import MADE
+from tfp_maf.layers.sequential import sequential_pass
 
 tfd = tfp.distributions
 
@@ -145,6 +147,13 @@ class MADEMoG(tfd.Distribution):
             dtype=self.dtype,
         )
         gumbel = -tf.math.log(-tf.math.log(uniform))
+        if isinstance(self._made, MADE):
+            return self._mask_aware_sample(shape, gumbel, normal, conditional_input)
+        return self._plain_sample(shape, gumbel, normal, conditional_input)
+
+    def _plain_sample(self, shape, gumbel, normal, conditional_input):
+        """D full passes: for any autoregressive callable (and as the oracle)."""
+        C = gumbel.shape[-1]
 
         def body(x):
             logits, loc, log_scale = self._params(x, conditional_input)
@@ -154,6 +163,32 @@ class MADEMoG(tfd.Distribution):
             return (mean + scale * normal,)
 
         (x,) = tf.while_loop(
-            lambda x: True, body, (tf.zeros(shape, self.dtype),), maximum_iterations=D
+            lambda x: True, body, (tf.zeros(shape, self.dtype),), maximum_iterations=self._event_size
         )
         return x
+
+    def _mask_aware_sample(self, shape, gumbel, normal, conditional_input):
+        """The same draw as the D-pass loop, in one MADE pass spread over D steps
+        (see `tfp_maf.layers.sequential`)."""
+        made, C = self._made, self._made.num_components
+        D = self._event_size
+        y2d = None
+        if conditional_input is not None:
+            y2d = tf.reshape(tf.broadcast_to(tf.cast(conditional_input, self.dtype),
+                                             tf.concat([shape[:-1], [made.conditional_dims]], 0)),
+                             [-1, made.conditional_dims])
+        var_at = made.sequential_plan.var_at
+        # Noise rows in degree order: row t belongs to the variable of degree t + 1.
+        gumbel_rows = tf.transpose(tf.gather(tf.reshape(gumbel, [-1, D, C]), var_at, axis=1), [1, 0, 2])
+        normal_rows = tf.transpose(tf.gather(tf.reshape(normal, [-1, D]), var_at, axis=1))
+
+        def emit(params, t):  # params [3C, B]: logits, locs, log-scales of one variable
+            logits, loc, log_scale = params[:C], params[C : 2 * C], params[2 * C :]
+            pick = tf.transpose(tf.one_hot(tf.argmax(tf.transpose(logits) + gumbel_rows[t], axis=-1), C,
+                                           dtype=self.dtype))
+            mean = tf.reduce_sum(pick * loc, axis=0)
+            scale = tf.exp(tf.reduce_sum(pick * log_scale, axis=0))
+            return mean + scale * normal_rows[t], mean
+
+        x, _ = sequential_pass(made, emit, tf.reduce_prod(shape[:-1]), y2d, self.dtype)
+        return tf.reshape(x, shape)

@@ -32,6 +32,8 @@ References:
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Sequence
 
 import keras
@@ -39,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfp_maf import _checks, masks
+from tfp_maf.layers.sequential import SequentialPlan
 
 __all__ = ["MADE", "MaskedDense"]
 
@@ -233,6 +236,11 @@ class MADE(keras.layers.Layer):
                 for i, w in enumerate(widths)
             ]
         self.built = True
+
+    @functools.cached_property
+    def sequential_plan(self) -> SequentialPlan:
+        """Degree bookkeeping for exact one-pass sequential sampling (`sequential_pass`)."""
+        return SequentialPlan(self.input_degrees, self.degrees)
 
     # -- the network ---------------------------------------------------------
 

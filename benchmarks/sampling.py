@@ -1,0 +1,89 @@
+"""Sampling time against D: mask-aware sampling vs the plain D-pass loop, one MAF layer.
+
+For a MADE of 1 x 1024 relu units (fixed hidden size) and D = 8, 43, 63, 784, times in
+one run, float32, inside `tf.function`, medians of ``--repeats`` with min and max:
+
+- ``log_prob`` of ``--n`` points (one pass),
+- drawing ``--n`` samples with tfp-maf's mask-aware pass (`tfp_maf.layers.sequential`),
+- drawing them with the plain loop that re-runs the whole MADE D times (what TFP, nflows,
+  zuko and the paper's code do; here our own `_plain_forward`, the same maths),
+
+and writes ``benchmarks/results/sampling.json``. The comparison with TFP's own MAF, and
+the full configurations of issue 6, are not here yet.
+
+    python benchmarks/sampling.py [--n 1000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tfp_maf import MADE, MaskedAutoregressive  # noqa: E402
+from tfp_maf.testing import randomize_weights  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def _time(fn, *args, repeats):
+    fn(*args)  # trace and warm up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn(*args)
+        tf.nest.map_structure(lambda t: t.numpy(), out)
+        times.append(time.perf_counter() - start)
+    return {"median_s": float(np.median(times)), "min_s": min(times), "max_s": max(times)}
+
+
+def measure(D, hidden, n, repeats, plain_limit):
+    made = MADE(D, [hidden], seed=0)
+    randomize_weights(made, seed=0, scale=0.3 / np.sqrt(max(D, hidden)))
+    b = MaskedAutoregressive(made)
+    u = tf.random.stateless_normal([n, D], seed=[0, 1])
+    row = {"D": D, "hidden": hidden, "n": n}
+    row["log_prob"] = _time(tf.function(lambda x: b.inverse_log_det_jacobian(x, event_ndims=1)), u, repeats=repeats)
+    row["mask_aware_sample"] = _time(tf.function(lambda u: b._mask_aware_forward(u, None)), u, repeats=repeats)
+    if D <= plain_limit:
+        row["plain_sample"] = _time(tf.function(lambda u: b._plain_forward(u, None)), u, repeats=repeats)
+    return row
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--plain-limit", type=int, default=784, help="largest D to time the plain loop at")
+    parser.add_argument("--out", default=str(HERE / "results" / "sampling.json"))
+    args = parser.parse_args(argv)
+    rows = [measure(D, args.hidden, args.n, args.repeats, args.plain_limit) for D in (8, 43, 63, 784)]
+    print(f"{'D':>4} {'log_prob s':>11} {'mask-aware s':>13} {'plain s':>9} {'plain/mask-aware':>17} {'mask-aware/log_prob':>20}")
+    for r in rows:
+        lp, fast = r["log_prob"]["median_s"], r["mask_aware_sample"]["median_s"]
+        plain = r.get("plain_sample", {}).get("median_s")
+        print(f"{r['D']:>4} {lp:>11.4f} {fast:>13.4f} {plain if plain else float('nan'):>9.3f} "
+              f"{(plain / fast) if plain else float('nan'):>17.1f} {fast / lp:>20.1f}")
+    result = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, "
+                   f"GPU: {bool(tf.config.list_physical_devices('GPU'))}",
+        "tensorflow": tf.__version__,
+        "command": "python benchmarks/sampling.py " + " ".join(argv or []),
+        "rows": rows,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
