@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import tensorflow as tf
@@ -22,6 +23,12 @@ def _dtype_of(layer) -> tf.DType | None:
     """The compute dtype of a Keras layer as a `tf.DType` (Keras gives a string)."""
     dtype = getattr(layer, "compute_dtype", None)
     return None if dtype is None else tf.as_dtype(dtype)
+
+
+def _affine_step(params, t, u_rows, log_scale_bound):
+    """One step of sampling: x = u exp(alpha) + mu for the variable of degree t + 1."""
+    log_scale = soft_bound(params[1], log_scale_bound)
+    return u_rows[t] * tf.exp(log_scale) + params[0], log_scale
 
 
 class MaskedAutoregressive(tfb.Bijector):
@@ -152,12 +159,8 @@ class MaskedAutoregressive(tfb.Bijector):
         u2d, y2d, batch_shape = made._flatten(u, conditional_input)
         # Noise rows in degree order, transposed: row t is the variable of degree t + 1.
         u_rows = tf.transpose(tf.gather(u2d, made.sequential_plan.var_at, axis=1))
-
-        def emit(params, t):
-            log_scale = soft_bound(params[1], self._log_scale_bound)
-            return u_rows[t] * tf.exp(log_scale) + params[0], log_scale
-
-        x, log_scale = sequential_pass(made, emit, tf.shape(u2d)[0], y2d, u2d.dtype)
+        emit = functools.partial(_affine_step, log_scale_bound=self._log_scale_bound)
+        x, log_scale = sequential_pass(made, emit, u_rows, y2d, key=("affine", self._log_scale_bound))
         x = tf.reshape(x, tf.concat([batch_shape, [made.event_size]], 0))
         fldj = tf.reshape(tf.reduce_sum(log_scale, axis=-1), batch_shape)
         return x, {"fldj": fldj, "ildj": -fldj}

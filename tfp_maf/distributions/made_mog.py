@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import tensorflow as tf
@@ -14,6 +15,19 @@ from tfp_maf.layers.sequential import sequential_pass
 tfd = tfp.distributions
 
 __all__ = ["MADEMoG"]
+
+
+def _mixture_step(params, t, noise, num_components):
+    """One step of sampling the variable of degree t + 1: pick a component with the
+    Gumbel noise, then draw from it. ``params`` [3C, B]: logits, locs, log-scales."""
+    gumbel_rows, normal_rows = noise
+    C = num_components
+    logits, loc, log_scale = params[:C], params[C : 2 * C], params[2 * C :]
+    pick = tf.one_hot(tf.argmax(tf.transpose(logits) + gumbel_rows[t], axis=-1), C, dtype=params.dtype)
+    pick = tf.transpose(pick)
+    mean = tf.reduce_sum(pick * loc, axis=0)
+    scale = tf.exp(tf.reduce_sum(pick * log_scale, axis=0))
+    return mean + scale * normal_rows[t], mean
 
 
 class MADEMoG(tfd.Distribution):
@@ -182,13 +196,6 @@ class MADEMoG(tfd.Distribution):
         gumbel_rows = tf.transpose(tf.gather(tf.reshape(gumbel, [-1, D, C]), var_at, axis=1), [1, 0, 2])
         normal_rows = tf.transpose(tf.gather(tf.reshape(normal, [-1, D]), var_at, axis=1))
 
-        def emit(params, t):  # params [3C, B]: logits, locs, log-scales of one variable
-            logits, loc, log_scale = params[:C], params[C : 2 * C], params[2 * C :]
-            pick = tf.transpose(tf.one_hot(tf.argmax(tf.transpose(logits) + gumbel_rows[t], axis=-1), C,
-                                           dtype=self.dtype))
-            mean = tf.reduce_sum(pick * loc, axis=0)
-            scale = tf.exp(tf.reduce_sum(pick * log_scale, axis=0))
-            return mean + scale * normal_rows[t], mean
-
-        x, _ = sequential_pass(made, emit, tf.reduce_prod(shape[:-1]), y2d, self.dtype)
+        x, _ = sequential_pass(made, functools.partial(_mixture_step, num_components=C),
+                               (gumbel_rows, normal_rows), y2d, key=("mixture", C))
         return tf.reshape(x, shape)

@@ -13,9 +13,10 @@ are set, and never changes afterwards. So at step t we compute
 2. in each hidden layer, the units of degree t, from the inputs / previous-layer units of
    degree <= t (all final).
 
-Every unit and every output is computed exactly once: the work of one forward pass,
-spread over D steps. Units are kept sorted by degree so that "degree <= t" is a prefix of
-rows and "degree t" a contiguous block (the state is stored transposed, units x batch).
+Every unit and every output is computed once (up to the padding of blocks to one width):
+about the work of one forward pass, spread over D steps. Units are kept sorted by degree
+so that the units of degree t are a contiguous block of rows (the state is stored
+transposed, units x batch), and the loop is compiled with XLA.
 
 `sequential_pass` is shared by the Gaussian head (`MaskedAutoregressive` sampling) and the
 mixture head (`MADEMoG` sampling); ``emit`` turns the outputs of one variable into its value.
@@ -48,78 +49,139 @@ class SequentialPlan:
         ]
 
 
-def sequential_pass(made, emit: Callable, batch_size, conditional_input=None, dtype=tf.float32):
+def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=None):
     """Runs the MADE once over D steps, setting the variables in order.
 
     Args:
       made: a `tfp_maf.layers.MADE`.
-      emit: ``emit(params, t) -> (value, extra)``: ``params`` are the raw outputs of the
-        variable of degree t + 1, shape ``[P, B]`` (P outputs per variable, in the MADE's
-        layout); returns its value ``[B]`` and one more ``[B]`` quantity to keep (a
-        log-scale, say).
-      batch_size: B, a scalar tensor.
+      emit: ``emit(params, t, noise) -> (value, extra)``: ``params`` are the raw outputs
+        of the variable of degree t + 1, shape ``[P, B]`` (P outputs per variable, in the
+        MADE's layout); returns its value ``[B]`` and one more ``[B]`` quantity to keep
+        (a log-scale, say).
+      noise: a tensor or tuple of tensors whose first axis is the step (degree order) and
+        second the batch, e.g. ``[D, B]``; passed to ``emit``.
       conditional_input: ``[B, K]`` or None.
+      key: hashable; when given, the loop is compiled with XLA once per ``key`` (and
+        input shapes) and reused. Callers pass the same ``emit`` for the same key.
 
     Returns:
       ``(x, extra)``, both ``[B, D]`` in the variables' own order.
     """
+    if key is None:
+        return _sequential_loop(made, emit, noise, conditional_input, _read_weights(made))
+    # XLA runs the D-step loop with in-place row updates and fused small ops: a step
+    # costs microseconds, where the graph executor's copies of the state cost ~1 ms.
+    cache = made.__dict__.setdefault("_compiled_sequential", {})
+    if key not in cache:
+        cache[key] = tf.function(
+            lambda noise, y, weights: _sequential_loop(made, emit, noise, y, weights),
+            jit_compile=True, reduce_retracing=True,
+        )
+    compiled = cache[key]
+    flat = tf.nest.flatten(noise)
+    has_y = conditional_input is not None
+    args = [*flat, conditional_input] if has_y else flat
+
+    # Differentiating an XLA while loop from outside XLA fails (its per-step stack is a
+    # TensorList), so the compiled loop gets only stop-gradient inputs, weights included,
+    # and the backward pass differentiates the same loop run by TF.
+    @tf.custom_gradient
+    def run(*args):
+        noise_args = tf.nest.pack_sequence_as(noise, list(args[: len(flat)]))
+        y = args[-1] if has_y else None
+        frozen = lambda t: None if t is None else tf.stop_gradient(t)  # noqa: E731
+        out = compiled(tf.nest.map_structure(frozen, noise_args), frozen(y),
+                       tf.nest.map_structure(frozen, _read_weights(made)))
+
+        def grad(*upstream, variables=None):
+            variables = list(variables or [])
+            with tf.GradientTape() as tape:
+                tape.watch(args)
+                again = _sequential_loop(made, emit, noise_args, y, _read_weights(made))
+            upstream = [tf.zeros_like(o) if g is None else g for o, g in zip(again, upstream)]
+            grads = tape.gradient(list(again), [*args, *variables], output_gradients=upstream)
+            return grads[: len(args)], grads[len(args) :]
+
+        return out, grad
+
+    return run(*args)
+
+
+def _read_weights(made) -> dict:
+    """The MADE's weights as tensors (masks applied), in one structure."""
+    return {
+        "hidden": [(layer.masked_kernel(), tf.convert_to_tensor(layer.bias)) for layer in made.hidden_layers],
+        "output": (made.output_layer.masked_kernel(), tf.convert_to_tensor(made.output_layer.bias)),
+        "conditional": [tf.convert_to_tensor(v) for v in made.conditional_kernels],
+    }
+
+
+def _sequential_loop(made, emit, noise, conditional_input, weights):
     plan = made.sequential_plan
     D, P = plan.event_size, made.params_per_dim
     L = len(made.hidden_layers)
+    first = tf.nest.flatten(noise)[0]
+    dtype, batch_size = first.dtype, tf.shape(first)[1]
     cast = lambda t: tf.cast(t, dtype)  # noqa: E731
-    y_terms = made.conditional_terms(None if conditional_input is None else cast(conditional_input))
+    if conditional_input is None:
+        y_terms = [None] * max(L, 1)
+    else:  # y @ V_l, as `MADE.conditional_terms`
+        y_terms = [tf.matmul(cast(conditional_input), cast(v)) for v in weights["conditional"]]
 
     # Weights with rows (fan-in) and columns (units) sorted by degree, then transposed:
-    # W_T[l] is [H_l, fan_in], so a block of units is a block of rows.
+    # W_T[l] is [H_l, fan_in], so the units of one degree are a block of rows.
     prev_order = plan.var_at
-    weights, biases, conds = [], [], []
-    for l, layer in enumerate(made.hidden_layers):
+    kernels, biases, conds, starts, widths = [], [], [], [], []
+    for l, (kernel, bias) in enumerate(weights["hidden"]):
         order = plan.unit_order[l]
-        w = tf.gather(tf.gather(cast(layer.masked_kernel()), prev_order, axis=0), order, axis=1)
-        weights.append(tf.transpose(w))
-        biases.append(tf.gather(cast(layer.bias), order)[:, None])
+        w = tf.gather(tf.gather(cast(kernel), prev_order, axis=0), order, axis=1)
+        kernels.append(tf.transpose(w))
+        biases.append(tf.gather(cast(bias), order)[:, None])
         conds.append(None if y_terms[l] is None else tf.transpose(tf.gather(y_terms[l], order, axis=1)))
         prev_order = order
+        # Static shapes (for XLA): every step computes a window of the widest block's
+        # size starting at its block. Extra units in the window are either final already
+        # (recomputed to the same value) or of a later degree (overwritten at their own
+        # step); the masks keep any reader from seeing them before they are final.
+        offsets, units = plan.offsets[l], made.hidden_units[l]
+        width = int(np.max(np.diff(offsets)))
+        starts.append(tf.constant(np.minimum(offsets[:-1], units - width).astype(np.int32)))
+        widths.append(width)
     # Output columns of variable i are i * P ... i * P + P - 1; sort them by degree too.
     out_cols = (plan.var_at[:, None] * P + np.arange(P)[None, :]).reshape(-1)
-    out_w = tf.gather(tf.gather(cast(made.output_layer.masked_kernel()), prev_order, axis=0), out_cols, axis=1)
-    out_w = tf.transpose(out_w)  # [D * P, H_last]
-    out_b = tf.gather(cast(made.output_layer.bias), out_cols)[:, None]
+    out_kernel, out_bias = weights["output"]
+    out_w = tf.gather(tf.gather(cast(out_kernel), prev_order, axis=0), out_cols, axis=1)
+    out_w = tf.transpose(out_w)  # [D * P, fan_in of the output layer]
+    out_b = tf.gather(cast(out_bias), out_cols)[:, None]
     out_c = None
     if L == 0 and y_terms[0] is not None:
         out_c = tf.transpose(tf.gather(y_terms[0], out_cols, axis=1))
-    offsets = [tf.constant(o) for o in plan.offsets]
-
-    def out_prefix(t):
-        # Units of the last layer with degree < t + 1; with no hidden layer, the inputs.
-        return offsets[-1][t] if L else t
+    fan_ins = [D, *made.hidden_units]
 
     def body(t, x_t, states, extra_t):
-        # 1. Outputs of the variable of degree t + 1, then its value.
-        p = out_prefix(t)
+        # 1. Outputs of the variable of degree t + 1 (the masks read only final units),
+        #    then its value.
         last = states[-1] if L else x_t
-        params = tf.matmul(out_w[t * P : (t + 1) * P, :p], last[:p]) + out_b[t * P : (t + 1) * P]
+        rows = [t * P, 0]
+        params = tf.matmul(tf.slice(out_w, rows, [P, fan_ins[-1]]), last) + tf.slice(out_b, rows, [P, 1])
         if out_c is not None:
-            params += out_c[t * P : (t + 1) * P]
-        value, extra = emit(params, t)
+            params += tf.slice(out_c, [t * P, 0], [P, batch_size])
+        value, extra = emit(params, t, noise)
         extra_t = extra_t.write(t, extra)
-        # Written after every reader of the old state, so TF can update the buffer in place.
-        with tf.control_dependencies([params]):
-            x_t = tf.tensor_scatter_nd_update(x_t, [[t]], value[None])
+        x_t = tf.tensor_scatter_nd_update(x_t, [[t]], value[None])
         # 2. Each hidden layer's units of degree t + 1, now final.
-        new_states = []
-        prev, prefix = x_t, t + 1
+        new_states, prev = [], x_t
         for l in range(L):
-            start, stop = offsets[l][t], offsets[l][t + 1]
-            pre = tf.matmul(weights[l][start:stop, :prefix], prev[:prefix]) + biases[l][start:stop]
+            start, width = starts[l][t], widths[l]
+            pre = tf.matmul(tf.slice(kernels[l], [start, 0], [width, fan_ins[l]]), prev)
+            pre += tf.slice(biases[l], [start, 0], [width, 1])
             if conds[l] is not None:
-                pre += conds[l][start:stop]
-            rows = tf.range(start, stop)[:, None]
-            h = made.activation(pre)
-            with tf.control_dependencies([params, h]):  # after this step's readers
-                state = tf.tensor_scatter_nd_update(states[l], rows, h)
+                pre += tf.slice(conds[l], [start, 0], [width, batch_size])
+            state = tf.tensor_scatter_nd_update(
+                states[l], (start + tf.range(width))[:, None], made.activation(pre)
+            )
             new_states.append(state)
-            prev, prefix = state, stop
+            prev = state
         return t + 1, x_t, new_states, extra_t
 
     zeros = lambda rows: tf.zeros(tf.stack([rows, batch_size]), dtype)  # noqa: E731
