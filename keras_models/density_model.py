@@ -145,18 +145,29 @@ class DensityModel(keras.Model):
             return
         x = np.asarray(x)
         dist = self.distribution(None if y is None else tf.constant(y[:1]), training=False)
-        bijectors = list(dist.bijector.bijectors)  # data side first
-        current = [tf.cast(x[i : i + batch_size], self.compute_dtype) for i in range(0, len(x), batch_size)]
-        ys = [None if y is None else tf.cast(y[i : i + batch_size], self.compute_dtype) for i in range(0, len(x), batch_size)]
-        for b in bijectors:
+        chunks = range(0, len(x), batch_size)
+        current = [tf.cast(x[i : i + batch_size], self.compute_dtype) for i in chunks]
+        ys = [None if y is None else tf.cast(y[i : i + batch_size], self.compute_dtype) for i in chunks]
+        for index, b in enumerate(dist.bijector.bijectors):  # data side first
             if isinstance(b, ExpGammaBatchNorm):
                 values = np.concatenate([c.numpy() for c in current]).astype(np.float64)
-                layer = self._batch_norm_by_name[b.name]
-                layer.set_statistics(values.mean(0), values.var(0))
-                b = layer.bijector()
-            current = [
-                b.inverse(c, **flow_kwargs(b, conditional_input=yy)) for c, yy in zip(current, ys)
-            ]
+                self._batch_norm_by_name[b.name].set_statistics(values.mean(0), values.var(0))
+            step = self._inverse_step(index)
+            current = [step(c, yy) for c, yy in zip(current, ys)]
+
+    def _inverse_step(self, index: int):
+        """The inverse of the ``index``-th bijector of the chain as a cached graph
+        function: it reads the layers' variables when it runs, so statistics set in
+        between are seen, without eager per-op overhead at every epoch."""
+        steps = self.__dict__.setdefault("_inverse_steps", {})
+        if index not in steps:
+            def step(c, yy):
+                dist = self.distribution(None if yy is None else yy[:1], training=False)
+                b = dist.bijector.bijectors[index]
+                return b.inverse(c, **flow_kwargs(b, conditional_input=yy))
+
+            steps[index] = tf.function(step, reduce_retracing=True)
+        return steps[index]
 
     @property
     def _batch_norm_by_name(self) -> dict:

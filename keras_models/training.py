@@ -49,11 +49,20 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=False) -> DensityModel:
-    """Adam with the paper's step size for this model (1e-3 MADE / MADE MoG, 1e-4 flows)."""
+def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=True,
+                     steps_per_execution: int = 10) -> DensityModel:
+    """Adam with the paper's step size for this model (1e-3 MADE / MADE MoG, 1e-4 flows).
+
+    XLA by default: it fuses Keras 3's per-variable optimizer ops and the small
+    elementwise ops of the flows, 1.6-2.5x faster training on CPU
+    (``benchmarks/speed.py``); ``jit_compile=False`` turns it off.
+    """
     model.compile(
         optimizer=keras.optimizers.Adam(LEARNING_RATES.get(model_name, 1e-4)),
         jit_compile=jit_compile,
+        # Several steps per call into the compiled function: Keras' per-call Python
+        # overhead (milliseconds) otherwise dominates the steps of small models.
+        steps_per_execution=steps_per_execution,
     )
     return model
 

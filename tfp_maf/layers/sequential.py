@@ -74,7 +74,7 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
     cache = made.__dict__.setdefault("_compiled_sequential", {})
     if key not in cache:
         cache[key] = tf.function(
-            lambda noise, y, weights: _sequential_loop(made, emit, noise, y, weights),
+            lambda noise, y, weights: _chunked_loop(made, emit, noise, y, weights),
             jit_compile=True, reduce_retracing=True,
         )
     compiled = cache[key]
@@ -105,6 +105,47 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
         return out, grad
 
     return run(*args)
+
+
+CHUNK_BYTES = 1 << 20
+
+
+def _chunk_size(made, batch=None) -> int:
+    """Batch rows per chunk so that one chunk's state (inputs and every hidden layer,
+    float32) is about CHUNK_BYTES: each step reads the whole state, so it should stay
+    in cache for the D steps of its chunk. No larger than a (static) batch."""
+    width = made.event_size + sum(made.hidden_units)
+    chunk = int(max(32, 2 ** np.floor(np.log2(CHUNK_BYTES / (4 * width)))))
+    return chunk if batch is None else max(1, min(chunk, int(batch)))
+
+
+def _chunked_loop(made, emit, noise, conditional_input, weights):
+    """`_sequential_loop` over batch chunks, one after the other."""
+    flat = tf.nest.flatten(noise)
+    chunk = _chunk_size(made, flat[0].shape[1])
+    batch = tf.shape(flat[0])[1]
+    n_chunks = (batch + chunk - 1) // chunk
+    pad = n_chunks * chunk - batch
+
+    def split(t, axis):  # pad the batch axis, then chunks first: [n_chunks, ..., chunk, ...]
+        paddings = [[0, 0]] * axis + [[0, pad]] + [[0, 0]] * (t.shape.rank - axis - 1)
+        t = tf.pad(t, paddings)
+        shape = tf.concat([tf.shape(t)[:axis], [n_chunks, chunk], tf.shape(t)[axis + 1 :]], 0)
+        return tf.experimental.numpy.moveaxis(tf.reshape(t, shape), axis, 0)
+
+    elems = [split(t, 1) for t in flat]
+    if conditional_input is not None:
+        elems.append(split(conditional_input, 0))
+
+    def one_chunk(args):
+        noise_c = tf.nest.pack_sequence_as(noise, list(args[: len(flat)]))
+        y_c = args[-1] if conditional_input is not None else None
+        return _sequential_loop(made, emit, noise_c, y_c, weights)
+
+    dtype = flat[0].dtype
+    x, extra = tf.map_fn(one_chunk, elems, fn_output_signature=(dtype, dtype), parallel_iterations=1)
+    D = made.event_size
+    return tf.reshape(x, [-1, D])[:batch], tf.reshape(extra, [-1, D])[:batch]
 
 
 def _read_weights(made) -> dict:

@@ -1,0 +1,312 @@
+"""tfp-maf against TFP's own MAF: training, log_prob and sampling speed, in one run.
+
+Configurations (float32, batch norm between MAF layers, N(0, I) data):
+  A (MINIBOONE-like): D = 43,  MAF (5), MADEs of 2 x 512 relu;
+  B (MNIST-like):     D = 784, MAF (5), MADEs of 1 x 1024 relu.
+
+The peer is TFP's MAF: `tfb.MaskedAutoregressiveFlow` over `tfb.AutoregressiveNetwork`,
+with `tfb.BatchNormalization` and `tfb.Permute` (reversing the order between layers),
+trained by Adam in a `tf.function` GradientTape loop. Those are tf_keras layers: this
+benchmark imports tf_keras for the peer only. The peer's batch norm drifts to NaN at step
+size 1e-4 on N(0, I) within a few hundred steps, so it is rebuilt for every timed repeat.
+
+Measured (medians of --repeats, with min and max): training examples/s at batch 100 and
+1,000 (ours with and without jit_compile), log_prob throughput on --logprob-points points
+in batches of 10,000, the time of log_prob on as many points as are sampled, the time to
+draw 10,000 (A) and 1,000 (B) samples, the machine's float32 matmul throughput and the
+share of it that our log_prob achieves, and sampling time against D for one MADE layer.
+Writes benchmarks/results/speed.json and speed.md.
+
+    python benchmarks/speed.py               # the full run (about an hour on 2 cores)
+    python benchmarks/speed.py --quick       # fewer steps and repeats, a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tensorflow_probability as tfp  # noqa: E402
+
+import keras_models as km  # noqa: E402
+from keras_models import training  # noqa: E402
+
+tfd, tfb = tfp.distributions, tfp.bijectors
+HERE = Path(__file__).resolve().parent
+CONFIGS = {
+    "A": {"D": 43, "hidden": [512, 512], "samples": 10_000},
+    "B": {"D": 784, "hidden": [1024], "samples": 1_000},
+}
+
+
+# ----------------------------------------------------------------------------- timing
+
+def timed(fn, repeats, setup=None):
+    """Median, min and max seconds of ``fn()`` over ``repeats`` (after ``setup()``)."""
+    times = []
+    for _ in range(repeats):
+        state = setup() if setup else None
+        start = time.perf_counter()
+        fn(state) if setup else fn()
+        times.append(time.perf_counter() - start)
+    return {"median_s": float(np.median(times)), "min_s": float(min(times)), "max_s": float(max(times))}
+
+
+def _sync(out):
+    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out)
+
+
+# ------------------------------------------------------------------------------- models
+
+def ours(D, hidden, jit_compile=False):
+    model = km.MAF(D, hidden_units=hidden, num_layers=5, seed=0)
+    return training.compile_as_paper(model, "maf5", jit_compile=jit_compile)
+
+
+def peer(D, hidden):
+    import tf_keras
+
+    bijectors = []  # data side first
+    for i in range(5):
+        made = tfb.AutoregressiveNetwork(params=2, hidden_units=hidden, activation="relu", event_shape=[D])
+        bijectors += [tfb.BatchNormalization(), tfb.MaskedAutoregressiveFlow(made)]
+        if i < 4:
+            bijectors.append(tfb.Permute(list(reversed(range(D)))))
+    flow = tfd.TransformedDistribution(tfd.MultivariateNormalDiag(loc=tf.zeros(D)), tfb.Chain(bijectors))
+    flow.log_prob(tf.zeros([2, D]))  # builds the variables
+    optimizer = tf_keras.optimizers.Adam(1e-4)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = -tf.reduce_mean(flow.log_prob(x))
+        variables = flow.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    return flow, step
+
+
+def _data(D, n, seed=0):
+    return tf.random.stateless_normal([n, D], seed=[seed, 1])
+
+
+# --------------------------------------------------------------------------- measures
+
+def train_rate_ours(D, hidden, batch, steps, repeats, jit):
+    ds = tf.data.Dataset.from_tensors(_data(D, batch)).repeat()
+
+    def setup():
+        model = ours(D, hidden, jit)
+        model.fit(ds, steps_per_epoch=2, epochs=1, verbose=0)  # trace / compile
+        return model
+
+    t = timed(lambda m: m.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0), repeats, setup)
+    return {**t, "examples_per_s": batch * steps / t["median_s"]}
+
+
+def train_rate_peer(D, hidden, batch, steps, repeats):
+    x = _data(D, batch)
+
+    def setup():
+        _, step = peer(D, hidden)
+        _sync(step(x))
+        return step
+
+    def run(step):
+        for _ in range(steps):
+            loss = step(x)
+        _sync(loss)
+
+    t = timed(run, repeats, setup)
+    return {**t, "examples_per_s": batch * steps / t["median_s"]}
+
+
+def log_prob_fns(D, hidden):
+    model = ours(D, hidden)
+    model.set_batch_norm_statistics(_data(D, 1000).numpy())
+    flow, _ = peer(D, hidden)
+    fn_ours = tf.function(lambda x: model.log_prob(x))
+    # The peer's batch norm fixes `training` at construction (True: batch statistics);
+    # the cost differs from evaluation mode by a few elementwise ops.
+    fn_peer = tf.function(flow.log_prob)
+    return model, flow, fn_ours, fn_peer
+
+
+def log_prob_time(fn, points, repeats, batch=10_000):
+    chunks = [points[i : i + batch] for i in range(0, points.shape[0], batch)]
+    _sync(fn(chunks[0]))
+
+    def run():
+        for c in chunks:
+            out = fn(c)
+        _sync(out)
+
+    return timed(run, repeats)
+
+
+def sample_time(sample_fn, n, repeats):
+    _sync(sample_fn(n))
+    return timed(lambda: _sync(sample_fn(n)), repeats)
+
+
+def matmul_gflops(repeats, size=2048):
+    a = _data(size, size)
+    fn = tf.function(lambda a: tf.matmul(a, a))
+    _sync(fn(a))
+    t = timed(lambda: _sync(fn(a)), max(repeats, 5))
+    return 2 * size**3 / t["median_s"] / 1e9
+
+
+def made_flops_per_example(D, hidden, layers=5):
+    widths = [D, *hidden, 2 * D]
+    return layers * sum(2 * a * b for a, b in zip(widths[:-1], widths[1:]))
+
+
+def sampling_vs_d(hidden, n, repeats, peer_repeats):
+    rows = []
+    for D in (8, 43, 63, 784):
+        made = km.MADE(D, hidden_units=hidden, seed=0)
+        ours_fn = tf.function(lambda n, m=made: m.sample(n, seed=1))
+        net = tfb.AutoregressiveNetwork(params=2, hidden_units=hidden, activation="relu", event_shape=[D])
+        theirs = tfd.TransformedDistribution(tfd.MultivariateNormalDiag(loc=tf.zeros(D)), tfb.MaskedAutoregressiveFlow(net))
+        peer_fn = tf.function(lambda n, d=theirs: d.sample(n, seed=1))
+        rows.append({
+            "D": D, "n": n,
+            "ours": sample_time(ours_fn, n, repeats),
+            "tfp": sample_time(peer_fn, n, peer_repeats),
+        })
+        print(f"  sampling vs D: D={D} ours {rows[-1]['ours']['median_s']:.3f}s tfp {rows[-1]['tfp']['median_s']:.3f}s", flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------------------------- main
+
+def run_config(name, cfg, args):
+    D, hidden, n_samples = cfg["D"], cfg["hidden"], cfg["samples"]
+    out = {"config": name, "D": D, "hidden": hidden, "layers": 5}
+    steps = {100: args.steps_100, 1000: args.steps_1000}
+    for batch in (100, 1000):
+        s = steps[batch] if name == "A" else max(2, steps[batch] // 4)
+        out[f"train_b{batch}"] = {
+            "ours": train_rate_ours(D, hidden, batch, s, args.repeats, jit=False),
+            "ours_jit": train_rate_ours(D, hidden, batch, s, args.repeats, jit=True),
+            "tfp": train_rate_peer(D, hidden, batch, s, args.repeats),
+        }
+        print(f"  {name} train b{batch}: " + ", ".join(
+            f"{k} {v['examples_per_s']:.0f}/s" for k, v in out[f"train_b{batch}"].items()), flush=True)
+
+    model, flow, lp_ours, lp_peer = log_prob_fns(D, hidden)
+    points = _data(D, args.logprob_points if name == "A" else args.logprob_points // 10, seed=3)
+    out["log_prob_points"] = int(points.shape[0])
+    out["log_prob"] = {"ours": log_prob_time(lp_ours, points, args.repeats),
+                       "tfp": log_prob_time(lp_peer, points, args.repeats)}
+    for who in ("ours", "tfp"):
+        out["log_prob"][who]["points_per_s"] = points.shape[0] / out["log_prob"][who]["median_s"]
+    out["log_prob_flops_per_point"] = made_flops_per_example(D, hidden)
+    out["log_prob_gflops_ours"] = out["log_prob_flops_per_point"] * out["log_prob"]["ours"]["points_per_s"] / 1e9
+    few = _data(D, n_samples, seed=4)
+    out["log_prob_on_sample_size"] = {"ours": log_prob_time(lp_ours, few, args.repeats, batch=n_samples),
+                                      "tfp": log_prob_time(lp_peer, few, args.repeats, batch=n_samples)}
+    print(f"  {name} log_prob: ours {out['log_prob']['ours']['points_per_s']:.0f}/s, "
+          f"tfp {out['log_prob']['tfp']['points_per_s']:.0f}/s", flush=True)
+
+    sample_ours = tf.function(lambda n: model.sample(n, seed=1))
+    sample_peer = tf.function(lambda n: flow.sample(n, seed=1))
+    out["samples"] = n_samples
+    out["sample"] = {"ours": sample_time(sample_ours, n_samples, args.repeats),
+                     "tfp": sample_time(sample_peer, n_samples, args.peer_sample_repeats if name == "B" else args.repeats)}
+    print(f"  {name} sample {n_samples}: ours {out['sample']['ours']['median_s']:.3f}s, "
+          f"tfp {out['sample']['tfp']['median_s']:.3f}s", flush=True)
+    return out
+
+
+def ratios(r, matmul):
+    lp, sm = r["log_prob"], r["sample"]
+    return {
+        "log_prob_speedup": lp["ours"]["points_per_s"] / lp["tfp"]["points_per_s"],
+        "log_prob_share_of_matmul": r["log_prob_gflops_ours"] / matmul,
+        "train_b100_speedup": r["train_b100"]["ours"]["examples_per_s"] / r["train_b100"]["tfp"]["examples_per_s"],
+        "train_b1000_speedup": r["train_b1000"]["ours"]["examples_per_s"] / r["train_b1000"]["tfp"]["examples_per_s"],
+        "train_b100_speedup_jit": r["train_b100"]["ours_jit"]["examples_per_s"] / r["train_b100"]["tfp"]["examples_per_s"],
+        "train_b1000_speedup_jit": r["train_b1000"]["ours_jit"]["examples_per_s"] / r["train_b1000"]["tfp"]["examples_per_s"],
+        "sample_speedup": sm["tfp"]["median_s"] / sm["ours"]["median_s"],
+        "sample_over_log_prob_same_n": sm["ours"]["median_s"] / r["log_prob_on_sample_size"]["ours"]["median_s"],
+    }
+
+
+def markdown(result):
+    lines = [f"# benchmarks/speed.py ({result['machine']}, TF {result['tensorflow']})", "",
+             f"Command: `{result['command']}`. Float32 matmul throughput: {result['matmul_gflops']:.1f} GFLOP/s.", "",
+             "| config | measure | tfp-maf | tfp-maf (jit) | TFP | ratio |", "|---|---|---|---|---|---|"]
+    for r in result["configs"]:
+        c, q = r["config"], r["ratios"]
+        for b in (100, 1000):
+            t = r[f"train_b{b}"]
+            lines.append(f"| {c} | training, batch {b} (examples/s) | {t['ours']['examples_per_s']:.0f} | "
+                         f"{t['ours_jit']['examples_per_s']:.0f} | {t['tfp']['examples_per_s']:.0f} | "
+                         f"{q[f'train_b{b}_speedup']:.2f}x ({q[f'train_b{b}_speedup_jit']:.2f}x jit) |")
+        lp = r["log_prob"]
+        lines.append(f"| {c} | log_prob on {r['log_prob_points']:,} points (points/s) | {lp['ours']['points_per_s']:.0f} | | "
+                     f"{lp['tfp']['points_per_s']:.0f} | {q['log_prob_speedup']:.2f}x; {100 * q['log_prob_share_of_matmul']:.0f}% of matmul |")
+        sm = r["sample"]
+        lines.append(f"| {c} | {r['samples']:,} samples (s) | {sm['ours']['median_s']:.3f} | | {sm['tfp']['median_s']:.3f} | "
+                     f"{q['sample_speedup']:.1f}x; {q['sample_over_log_prob_same_n']:.1f}x our log_prob on {r['samples']:,} |")
+    lines += ["", "Sampling time against D (one MADE, 1 x 1024, n samples):", "",
+              "| D | tfp-maf (s) | TFP (s) | ratio |", "|---|---|---|---|"]
+    for r in result["sampling_vs_d"]:
+        lines.append(f"| {r['D']} | {r['ours']['median_s']:.4f} | {r['tfp']['median_s']:.3f} | "
+                     f"{r['tfp']['median_s'] / r['ours']['median_s']:.1f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--peer-sample-repeats", type=int, default=3,
+                        help="repeats of TFP's sampling on config B (minutes each on 2 cores)")
+    parser.add_argument("--steps-100", type=int, default=100)
+    parser.add_argument("--steps-1000", type=int, default=20)
+    parser.add_argument("--logprob-points", type=int, default=100_000)
+    parser.add_argument("--configs", default="AB")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=str(HERE / "results" / "speed.json"))
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats, args.peer_sample_repeats, args.steps_100, args.steps_1000 = 1, 1, 10, 4
+        args.logprob_points = 20_000
+    matmul = matmul_gflops(args.repeats)
+    print(f"float32 matmul: {matmul:.1f} GFLOP/s", flush=True)
+    configs = []
+    for name in args.configs:
+        r = run_config(name, CONFIGS[name], args)
+        r["ratios"] = ratios(r, matmul)
+        configs.append(r)
+    result = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, "
+                   f"GPU: {bool(tf.config.list_physical_devices('GPU'))}",
+        "tensorflow": tf.__version__, "tfp": tfp.__version__,
+        "command": "python benchmarks/speed.py " + " ".join(argv if argv is not None else []),
+        "matmul_gflops": matmul, "configs": configs,
+        "sampling_vs_d": sampling_vs_d([1024], 1000, args.repeats, 1),
+    }
+    text = markdown(result)
+    print(text)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    Path(args.out).with_suffix(".md").write_text(text)
+    return result
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
