@@ -14,9 +14,7 @@ and their ratio: the pipeline keeps up when it is well above 1.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -24,6 +22,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+from _common import run_info, save  # noqa: E402
 
 from keras_models import data, presets, training, zoo  # noqa: E402
 
@@ -90,19 +90,12 @@ def main(argv=None):
         measure("miniboone", data.load_miniboone(args.data_dir, folder="miniboone-head"),
                 args.steps, 100, args.repeats),
     ]
-    result = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, "
-                   f"GPU: {bool(tf.config.list_physical_devices('GPU'))}",
-        "tensorflow": tf.__version__,
-        "command": "python benchmarks/pipeline.py " + " ".join(argv or []),
-        "rows": rows,
-    }
+    result = {**run_info("pipeline.py", argv), "rows": rows}
     print(f"{'dataset':10} {'D':>4} {'model':22} {'pipeline ex/s':>14} {'training ex/s':>14} {'ratio':>7}")
     for r in rows:
         print(f"{r['dataset']:10} {r['D']:>4} {r['model']:22} {r['pipeline_examples_per_s']:>14,} "
               f"{r['training_examples_per_s']:>14,} {r['pipeline_over_training']:>7}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    save(args.out, result)
     return result
 
 

@@ -8,8 +8,8 @@ one run, float32, inside `tf.function`, medians of ``--repeats`` with min and ma
 - drawing them with the plain loop that re-runs the whole MADE D times (what TFP, nflows,
   zuko and the paper's code do; here our own `_plain_forward`, the same maths),
 
-and writes ``benchmarks/results/sampling.json``. The comparison with TFP's own MAF, and
-the full configurations of issue 6, are not here yet.
+and writes ``benchmarks/results/sampling.json``. ``benchmarks/speed.py`` compares with
+TFP's own MAF.
 
     python benchmarks/sampling.py [--n 1000] [--repeats 3]
 """
@@ -17,9 +17,7 @@ the full configurations of issue 6, are not here yet.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -27,6 +25,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+from _common import run_info, save  # noqa: E402
 
 from tfp_maf import MADE, MaskedAutoregressive  # noqa: E402
 from tfp_maf.testing import randomize_weights  # noqa: E402
@@ -73,15 +73,8 @@ def main(argv=None):
         plain = r.get("plain_sample", {}).get("median_s")
         print(f"{r['D']:>4} {lp:>11.4f} {fast:>13.4f} {plain if plain else float('nan'):>9.3f} "
               f"{(plain / fast) if plain else float('nan'):>17.1f} {fast / lp:>20.1f}")
-    result = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, "
-                   f"GPU: {bool(tf.config.list_physical_devices('GPU'))}",
-        "tensorflow": tf.__version__,
-        "command": "python benchmarks/sampling.py " + " ".join(argv or []),
-        "rows": rows,
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    result = {**run_info("sampling.py", argv), "rows": rows}
+    save(args.out, result)
     return result
 
 

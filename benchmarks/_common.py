@@ -1,0 +1,33 @@
+"""What every benchmark records beside its figures, and where it writes them."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def run_info(script: str, argv) -> dict:
+    """The machine, the library versions and the command that produced a result."""
+    return {
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, "
+                   f"GPU: {bool(tf.config.list_physical_devices('GPU'))}",
+        "tensorflow": tf.__version__,
+        "tfp": tfp.__version__,
+        "command": f"python benchmarks/{script} " + " ".join(argv or []),
+    }
+
+
+def save(path, result: dict, markdown: str | None = None) -> None:
+    """Writes ``result`` as JSON (and ``markdown`` beside it, as .md)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    if markdown is not None:
+        path.with_suffix(".md").write_text(markdown)
