@@ -58,6 +58,7 @@ def test_maf_forward_broadcasts_batch_shapes_with_y():
     (x1, a1), (x2, a2) = b._mask_aware_forward(u, y), b._plain_forward(u, y)
     assert x1.shape == (2, 3, 6) and a1["fldj"].shape == (2, 3)
     np.testing.assert_allclose(x1, x2, atol=1e-4)
+    np.testing.assert_allclose(a1["fldj"], a2["fldj"], atol=1e-4)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"D{c[0]}-{c[1]}-K{c[2]}-{c[4]}")
