@@ -134,8 +134,9 @@ def cmd_sample(args) -> dict:
     if model.conditional_dims:
         if args.label is None:
             raise SystemExit(f"tfp-maf: this model is conditional; pass --label 0..{model.conditional_dims - 1}.")
-        y = np.zeros((args.n, model.conditional_dims), np.float32)
-        y[:, args.label] = 1.0
+        from keras_models.data.images import one_hot
+
+        y = one_hot(np.full(args.n, args.label), model.conditional_dims)  # checks the label
     samples = model.sample(args.n, y=y, seed=args.seed).numpy()
     return {"samples": samples.tolist()}
 

@@ -148,10 +148,15 @@ class DensityModel(keras.Model):
         chunks = range(0, len(x), batch_size)
         current = [tf.cast(x[i : i + batch_size], self.compute_dtype) for i in chunks]
         ys = [None if y is None else tf.cast(y[i : i + batch_size], self.compute_dtype) for i in chunks]
-        for index, b in enumerate(dist.bijector.bijectors):  # data side first
+        bijectors = list(dist.bijector.bijectors)  # data side first
+        last_norm = max(i for i, b in enumerate(bijectors) if isinstance(b, ExpGammaBatchNorm))
+        # Nothing past the last batch norm needs the training data mapped through it.
+        for index, b in enumerate(bijectors[: last_norm + 1]):
             if isinstance(b, ExpGammaBatchNorm):
                 values = np.concatenate([c.numpy() for c in current]).astype(np.float64)
                 self._batch_norm_by_name[b.name].set_statistics(values.mean(0), values.var(0))
+                if index == last_norm:
+                    return
             step = self._inverse_step(index)
             current = [step(c, yy) for c, yy in zip(current, ys)]
 

@@ -54,8 +54,9 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
     """Adam with the paper's step size for this model (1e-3 MADE / MADE MoG, 1e-4 flows).
 
     XLA by default: it fuses Keras 3's per-variable optimizer ops and the small
-    elementwise ops of the flows, 1.6-2.5x faster training on CPU
-    (``benchmarks/speed.py``); ``jit_compile=False`` turns it off.
+    elementwise ops of the flows, about 1.5x faster training at batch 100 on CPU
+    (``benchmarks/speed.py``; at batch 1,000 XLA's matmuls make it no faster);
+    ``jit_compile=False`` turns it off.
     """
     model.compile(
         optimizer=keras.optimizers.Adam(LEARNING_RATES.get(model_name, 1e-4)),

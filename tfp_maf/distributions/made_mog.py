@@ -185,16 +185,14 @@ class MADEMoG(tfd.Distribution):
         """The same draw as the D-pass loop, in one MADE pass spread over D steps
         (see `tfp_maf.layers.sequential`)."""
         made, C = self._made, self._made.num_components
-        D = self._event_size
-        y2d = None
-        if conditional_input is not None:
-            y2d = tf.reshape(tf.broadcast_to(tf.cast(conditional_input, self.dtype),
-                                             tf.concat([shape[:-1], [made.conditional_dims]], 0)),
-                             [-1, made.conditional_dims])
+        # `normal` already has the full batch shape; this flattens it and broadcasts y.
+        normal2d, y2d, _ = made._flatten(normal, conditional_input)
         var_at = made.sequential_plan.var_at
         # Noise rows in degree order: row t belongs to the variable of degree t + 1.
-        gumbel_rows = tf.transpose(tf.gather(tf.reshape(gumbel, [-1, D, C]), var_at, axis=1), [1, 0, 2])
-        normal_rows = tf.transpose(tf.gather(tf.reshape(normal, [-1, D]), var_at, axis=1))
+        gumbel_rows = tf.transpose(
+            tf.gather(tf.reshape(gumbel, [-1, self._event_size, C]), var_at, axis=1), [1, 0, 2]
+        )
+        normal_rows = tf.transpose(tf.gather(normal2d, var_at, axis=1))
 
         x, _ = sequential_pass(made, functools.partial(_mixture_step, num_components=C),
                                (gumbel_rows, normal_rows), y2d, key=("mixture", C))
