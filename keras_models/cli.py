@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,10 @@ import numpy as np
 __all__ = ["main"]
 
 MODEL_FILE = "model.keras"
+PREVIOUS_MODEL_FILE = "model.previous.keras"
 METRICS_FILE = "metrics.json"
+ARGS_FILE = "args.json"
+BACKUP_DIR = "backup"
 
 
 def _load_data(args):
@@ -71,11 +75,48 @@ def _evaluate(model, splits, conditional) -> dict:
     return out
 
 
+#: Arguments that may change between an interrupted run and its resumption.
+_RESUMABLE_CHANGES = {"verbose", "max_minutes", "func"}
+
+
+def _check_resumable(out: Path, args) -> None:
+    """Refuses to resume a backup made with other arguments (its weights would not fit)."""
+    saved_path = out / ARGS_FILE
+    if not (out / BACKUP_DIR).exists() or not saved_path.exists():
+        return
+    saved = json.loads(saved_path.read_text())
+    current = vars(args)
+    changed = sorted(k for k in set(saved) | set(current) - _RESUMABLE_CHANGES
+                     if k not in _RESUMABLE_CHANGES and saved.get(k) != current.get(k))
+    if changed:
+        detail = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)!r} then, {current.get(k)!r} now" for k in changed)
+        raise SystemExit(
+            f"tfp-maf: {out / BACKUP_DIR} holds an interrupted run with other arguments ({detail}). "
+            f"Run the same command to resume it, or delete {out / BACKUP_DIR} to start afresh."
+        )
+
+
+def _save_model(model, out: Path) -> None:
+    """Saves ``model.keras`` atomically; a model already there becomes
+    ``model.previous.keras`` instead of being lost."""
+    target = out / MODEL_FILE
+    partial = out / ("partial." + MODEL_FILE)
+    model.save(partial)
+    if target.exists():
+        os.replace(target, out / PREVIOUS_MODEL_FILE)
+    os.replace(partial, target)
+
+
 def cmd_train(args) -> dict:
     import keras
+    import tensorflow as tf
 
     from keras_models import presets, training, zoo
 
+    out = Path(args.out)
+    _check_resumable(out, args)
+    if args.deterministic:
+        tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(args.seed)
     splits = _load_data(args)
     dataset = splits.name
@@ -84,27 +125,33 @@ def cmd_train(args) -> dict:
         kwargs.update(presets.model_kwargs(dataset, args.size_option), seed=args.seed)
         if args.hidden_units:
             kwargs["hidden_units"] = args.hidden_units
+        if args.log_scale_bound:
+            kwargs["log_scale_bound"] = args.log_scale_bound
     model = zoo.build(args.model, splits.event_size, **kwargs)
     training.compile_as_paper(model, args.model, jit_compile=args.jit_compile)
-    train_ds, val_ds, _ = splits.pipelines(args.batch_size, seed=args.seed, conditional=args.conditional)
+    pipelines = splits.pipelines(args.batch_size, seed=args.seed, conditional=args.conditional)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / ARGS_FILE).write_text(json.dumps({k: v for k, v in vars(args).items() if k != "func"}, indent=2) + "\n")
     start = time.monotonic()
     _, info = training.fit_as_paper(
-        model, train_ds, val_ds, splits.x_train, splits.y_train if args.conditional else None,
+        model, pipelines.train, pipelines.validation, splits.x_train,
+        splits.y_train if args.conditional else None,
         max_epochs=args.max_epochs, patience=args.patience, max_minutes=args.max_minutes,
-        verbose=2 if args.verbose else 0,
+        verbose=2 if args.verbose else 0, backup_dir=out / BACKUP_DIR, shuffle_epoch=pipelines.epoch,
     )
     metrics = {
         "dataset": dataset, "model": args.model, "conditional": args.conditional,
         "hidden_units": kwargs.get("hidden_units"), "parameters": int(model.count_params()),
         **_evaluate(model, splits, args.conditional),
         "epochs": info["epochs"], "early_stopped": info["early_stopped"],
+        "resumed_from_epoch": info.get("resumed_from_epoch"),
+        "stopped_on_non_finite": info.get("stopped_on_non_finite"),
         "wall_time_s": round(time.monotonic() - start, 1),
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save(out / MODEL_FILE)
+    _save_model(model, out)
     (out / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
-    (out / "args.json").write_text(json.dumps({k: v for k, v in vars(args).items() if k != "func"}, indent=2) + "\n")
+    # The run is complete and saved: its backup is no longer needed.
+    shutil.rmtree(out / BACKUP_DIR, ignore_errors=True)
     return metrics
 
 
@@ -116,11 +163,17 @@ def _load_model(out):
     path = Path(out) / MODEL_FILE
     if not path.exists():
         raise SystemExit(f"tfp-maf: no trained model at {path}; run `tfp-maf train --out {out}` first.")
-    return keras.saving.load_model(path, safe_mode=True)
+    try:
+        return keras.saving.load_model(path, safe_mode=True)
+    except Exception as err:  # zipfile, h5py, JSON and Keras errors alike
+        raise SystemExit(
+            f"tfp-maf: could not read {path} as a Keras model file ({type(err).__name__}: {err}). "
+            "It may be truncated or corrupt; train again, or use model.previous.keras if it is there."
+        ) from err
 
 
 def cmd_evaluate(args) -> dict:
-    saved = json.loads((Path(args.out) / "args.json").read_text())
+    saved = json.loads((Path(args.out) / ARGS_FILE).read_text())
     model = _load_model(args.out)
     overrides = {k: v for k, v in (("dataset", args.dataset), ("data_dir", args.data_dir)) if v}
     saved = argparse.Namespace(**{**saved, **overrides})
@@ -176,6 +229,10 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--max-minutes", type=float, default=None)
     train.add_argument("--patience", type=int, default=30)
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--deterministic", action="store_true",
+                       help="TensorFlow op determinism: the same seed gives bit-identical weights")
+    train.add_argument("--log-scale-bound", type=float, default=None,
+                       help="soft-bound the flows' log-scales to +-B (off, as in the paper; try 10 on heavy-tailed data)")
     train.add_argument("--verbose", action="store_true")
     train.set_defaults(func=cmd_train)
 

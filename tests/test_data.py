@@ -275,12 +275,14 @@ def test_mnist_real_file():
 def test_mnist_from_prepared_tfds():
     import tensorflow_datasets as tfds
 
-    with tfds.testing.mock_data(num_examples=20):
+    # tfds has no validation split: the last 10,000 training images are the validation
+    # set, as in the classic pickle.
+    with tfds.testing.mock_data(num_examples=10_030):
         splits = images.load_mnist(source="tfds")
-    # tfds has no validation split: the last 10,000 training images are (here: all 20,
-    # leaving none for train) the validation set, as in the classic pickle.
-    assert splits.event_size == 784 and splits.x_test.shape == (20, 784)
+    assert splits.event_size == 784 and len(splits.x_train) == 30 and len(splits.x_val) == 10_000
     assert np.isfinite(splits.x_test).all()
+    with tfds.testing.mock_data(num_examples=20), pytest.raises(ValueError, match="got none"):
+        images.load_mnist(source="tfds")  # nothing left to train on
 
 
 def test_cifar10_from_prepared_tfds_uses_the_batch_layout():
@@ -369,6 +371,59 @@ def test_missing_file_names_file_layout_and_source(tmp_path, name, path):
     assert "https://" in message
 
 
+def _write_valid(tmp_path, name):
+    """A small well-formed file of each archive format; returns its path."""
+    rng = np.random.RandomState(0)
+    if name in ("power", "miniboone"):
+        path = _write(tmp_path, name, "data.npy")
+        np.save(path, rng.normal(size=(200, 8 if name == "power" else 43)))
+    elif name == "gas":
+        import pandas as pd
+
+        path = _write(tmp_path, "gas", "ethylene_CO.pickle")
+        pd.DataFrame(rng.normal(size=(200, 11))).to_pickle(path)
+    elif name == "hepmass":
+        path = _write(tmp_path, "hepmass", "1000_train.csv")
+        path.write_text("# label," + ",".join(f"f{i}" for i in range(27)) + ",mass\n"
+                        + "\n".join(",".join(map(str, row)) for row in rng.normal(size=(200, 29))) + "\n")
+        (path.parent / "1000_test.csv").write_text(path.read_text())
+    elif name == "bsds300":
+        import h5py
+
+        path = _write(tmp_path, "BSDS300", "BSDS300.hdf5")
+        with h5py.File(path, "w") as f:
+            for split in ("train", "validation", "test"):
+                f.create_dataset(split, data=rng.normal(size=(2000, 63)))
+    elif name == "mnist":
+        path = _write(tmp_path, "mnist", "mnist.pkl.gz")
+        with gzip.open(path, "wb") as f:
+            pickle.dump(tuple((rng.rand(100, 784), np.zeros(100, int)) for _ in range(3)), f)
+    else:
+        path = _write(tmp_path, "cifar10", "data_batch_1")
+        path.write_bytes(pickle.dumps({b"data": rng.randint(0, 256, (100, 3072)).astype(np.uint8),
+                                       b"labels": [0] * 100}))
+    return path
+
+
+@pytest.mark.parametrize("name", ["power", "gas", "hepmass", "miniboone", "bsds300", "mnist", "cifar10"])
+def test_a_truncated_file_is_reported_with_its_path(tmp_path, name):
+    path = _write_valid(tmp_path, name)
+    content = path.read_bytes()
+    path.write_bytes(content[: len(content) // 2 + 7])  # cut mid-record
+    with pytest.raises(ValueError) as err:
+        data.load(name, tmp_path)
+    message = str(err.value)
+    assert str(path) in message or name.upper() in message.upper()
+    assert any(word in message for word in ("truncated", "non-finite", "expected"))
+
+
+@pytest.mark.parametrize("name", ["power", "miniboone"])
+def test_an_empty_file_is_reported(tmp_path, name):
+    np.save(_write(tmp_path, name, "data.npy"), np.zeros((0, 8 if name == "power" else 43)))
+    with pytest.raises(ValueError, match="expected rows of data, got none"):
+        data.load(name, tmp_path)
+
+
 def test_data_root_order(tmp_path, monkeypatch):
     monkeypatch.setenv("TFP_MAF_DATA", str(tmp_path / "env"))
     assert data.data_root(tmp_path / "arg") == tmp_path / "arg"
@@ -402,12 +457,31 @@ def test_training_pipeline_visits_every_row_once_per_epoch_in_a_new_order():
     assert [b.shape[0] for b in ds][-1] == 50
 
 
+def test_epoch_order_depends_on_seed_and_epoch_only():
+    # What a resumed run relies on: a fresh pipeline set to epoch e replays epoch e.
+    x = np.arange(300, dtype=np.float32).reshape(-1, 1)
+    first = data.array_dataset(x, batch_size=64, shuffle=True, seed=5)
+    orders = [np.concatenate([b.numpy() for b in first]) for _ in range(3)]
+    epoch = tf.Variable(2, dtype=tf.int64)
+    resumed = data.array_dataset(x, batch_size=64, shuffle=True, seed=5, epoch=epoch)
+    np.testing.assert_array_equal(np.concatenate([b.numpy() for b in resumed]), orders[2])
+    assert int(epoch.numpy()) == 3
+    other_seed = data.array_dataset(x, batch_size=64, shuffle=True, seed=6)
+    assert not np.array_equal(np.concatenate([b.numpy() for b in other_seed]), orders[0])
+    assert first.cardinality().numpy() == 5
+
+
+def test_empty_arrays_are_refused():
+    with pytest.raises(ValueError, match="at least one row, got an empty array of shape \\(0, 3\\)"):
+        data.array_dataset(np.zeros((0, 3), np.float32))
+
+
 def test_conditional_pipelines_yield_matching_pairs():
     splits = data.Splits(
         "toy", *(np.arange(2 * n, dtype=np.float32).reshape(n, 2) for n in (40, 10, 10)),
         *(images.one_hot(np.arange(n) % 10) for n in (40, 10, 10)), num_classes=10,
     )
-    train, val, test = splits.pipelines(batch_size=16, conditional=True)
+    train, val, test, _ = splits.pipelines(batch_size=16, conditional=True)
     for x, y in train:
         np.testing.assert_array_equal(np.argmax(y, 1), (x[:, 0].numpy() // 2) % 10)
     assert next(iter(test))[0].shape == (10, 2)

@@ -39,7 +39,7 @@ class _StopAtEpoch(keras.callbacks.Callback):
 
 def test_tensorboard_csv_logger_and_checkpoints(tmp_path):
     splits = _figure1()
-    train, val, _ = splits.pipelines(batch_size=100)
+    train, val, *_ = splits.pipelines(batch_size=100)
     model = _model()
     callbacks = [
         keras.callbacks.TensorBoard(log_dir=str(tmp_path / "tb")),
@@ -57,7 +57,7 @@ def test_tensorboard_csv_logger_and_checkpoints(tmp_path):
 
 def test_backup_and_restore_resumes_after_a_crash(tmp_path):
     splits = _figure1()
-    train, val, _ = splits.pipelines(batch_size=100)
+    train, val, *_ = splits.pipelines(batch_size=100)
     backup = str(tmp_path / "backup")
     model = _model()
     with pytest.raises(KeyboardInterrupt):
@@ -75,7 +75,7 @@ def test_backup_and_restore_resumes_after_a_crash(tmp_path):
 
 def test_jit_compile_trains_and_matches_the_graph_loss():
     splits = _figure1()
-    train, val, _ = splits.pipelines(batch_size=100)
+    train, val, *_ = splits.pipelines(batch_size=100)
     model = km.MAF(2, hidden_units=[8], num_layers=2, seed=0)
     training.compile_as_paper(model, "maf5", jit_compile=True)
     history = model.fit(train, epochs=2, verbose=0)

@@ -29,7 +29,7 @@ from keras_models import data, evaluation, training  # noqa: E402
 def main(fast: bool = False) -> dict:
     # 1. Data: train / validation / test arrays, and tf.data pipelines over them.
     splits = data.load_figure1(n_train=2_000 if fast else 10_000)
-    train, val, _ = splits.pipelines(batch_size=100)
+    train, val, *_ = splits.pipelines(batch_size=100)
 
     # 2. The model: D first, then keywords. A batch norm follows each MADE; the first
     #    MADE uses the data's order and each next one reverses it.

@@ -20,12 +20,22 @@ class Pipelines(typing.NamedTuple):
     train: tf.data.Dataset
     validation: tf.data.Dataset
     test: tf.data.Dataset
+    #: The training pipeline's epoch counter (see `array_dataset`); a resumed run
+    #: sets it so that epoch ``e`` sees the same batches as in an uninterrupted run.
+    epoch: tf.Variable | None = None
 
 
 def array_dataset(x: np.ndarray, y: np.ndarray | None = None, batch_size: int = 100,
                   shuffle: bool = False, seed: int | None = None,
-                  drop_remainder: bool = False) -> tf.data.Dataset:
+                  drop_remainder: bool = False, epoch: tf.Variable | None = None) -> tf.data.Dataset:
     """Batches of ``x`` (or ``(x, y)``) from arrays, shuffled anew each epoch if asked.
+
+    A shuffled dataset draws the order of each pass from ``(seed, epoch)`` alone
+    (a stateless shuffle), where ``epoch`` is an int64 `tf.Variable` that every pass
+    reads and then increments. The order of epoch ``e`` is therefore the same in any
+    process: a run resumed at epoch ``e`` sets ``epoch`` to ``e``
+    (`keras_models.training.fit_as_paper` does) and sees exactly the batches an
+    uninterrupted run would have seen.
 
     Example:
 
@@ -34,13 +44,30 @@ def array_dataset(x: np.ndarray, y: np.ndarray | None = None, batch_size: int = 
     >>> [b.shape[0] for b in ds]
     [100, 100, 50]
     """
+    if len(x) == 0:
+        raise ValueError(f"expected at least one row, got an empty array of shape {np.shape(x)}.")
     if y is not None and len(y) != len(x):
         raise ValueError(f"expected one label per row ({len(x)}), got {len(y)}.")
     tensors = (tf.constant(x),) if y is None else (tf.constant(x), tf.constant(y))
-    indices = tf.data.Dataset.range(len(x))
+    n = len(x)
     if shuffle:
-        indices = indices.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
+        if epoch is None:
+            epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="shuffle_epoch")
+        key = tf.constant(0 if seed is None else int(seed), tf.int64)
+
+        def permutation(_):
+            current = epoch.assign_add(1) - 1
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(n, dtype=tf.int64), seed=tf.stack([key, current])
+            )
+            return tf.data.Dataset.from_tensor_slices(order)
+
+        indices = tf.data.Dataset.from_tensors(0).flat_map(permutation)
+    else:
+        indices = tf.data.Dataset.range(n)
     indices = indices.batch(batch_size, drop_remainder=drop_remainder)
+    batches = n // batch_size if drop_remainder else -(-n // batch_size)
+    indices = indices.apply(tf.data.experimental.assert_cardinality(batches))
 
     def gather(idx):
         batch = tuple(tf.gather(t, idx) for t in tensors)
@@ -56,8 +83,10 @@ def make_pipelines(splits, batch_size: int = 100, eval_batch_size: int = 10_000,
     if conditional and splits.y_train is None:
         raise ValueError(f"{splits.name} has no labels: a conditional model needs labelled data.")
     y = (lambda s: getattr(splits, f"y_{s}")) if conditional else (lambda s: None)
+    epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="shuffle_epoch")
     return Pipelines(
-        array_dataset(splits.x_train, y("train"), batch_size, shuffle=True, seed=seed),
+        array_dataset(splits.x_train, y("train"), batch_size, shuffle=True, seed=seed, epoch=epoch),
         array_dataset(splits.x_val, y("val"), eval_batch_size),
         array_dataset(splits.x_test, y("test"), eval_batch_size),
+        epoch,
     )
