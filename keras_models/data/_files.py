@@ -7,6 +7,7 @@ the ``TFP_MAF_DATA`` environment variable, and ``~/.tfp_maf/data``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -78,10 +79,26 @@ def dataset_file(root: Path, dataset: str, folder: str, filename: str) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def reading(path: Path, dataset: str, kind: str):
+    """Turns whatever a truncated or corrupt file makes a reader raise (EOFError,
+    UnpicklingError, OSError, a reshape ValueError, ...) into one ValueError that
+    names the file, what it should have been and where to get it again."""
+    try:
+        yield
+    except Exception as err:
+        raise ValueError(
+            f"{dataset}: could not read {path} as {kind} ({type(err).__name__}: {err}). "
+            f"The file is truncated or corrupt: download it again from {SOURCES[dataset]}."
+        ) from err
+
+
 def check_width(array: np.ndarray, width: int, what: str) -> None:
-    """ValueError unless ``array`` is a matrix with ``width`` columns."""
+    """ValueError unless ``array`` is a matrix with ``width`` columns and some rows."""
     if array.ndim != 2 or array.shape[1] != width:
         raise ValueError(f"{what}: expected a matrix with {width} columns, got shape {array.shape}.")
+    if len(array) == 0:
+        raise ValueError(f"{what}: expected rows of data, got none (shape {array.shape}).")
 
 
 def check_finite(array: np.ndarray, what: str) -> None:

@@ -22,7 +22,7 @@ import pickle
 
 import numpy as np
 
-from keras_models.data._files import check_width, data_root, dataset_file
+from keras_models.data._files import check_width, data_root, dataset_file, reading
 from keras_models.data.splits import Splits
 
 __all__ = [
@@ -111,7 +111,7 @@ def load_mnist(data_dir=None, source: str = "pickle") -> Splits:
         parts = [(x.reshape(len(x), 784) / 256.0, l) for x, l in (*_tail(train, 10_000), test)]
     elif source == "pickle":
         path = dataset_file(data_root(data_dir), "mnist", "mnist", "mnist.pkl.gz")
-        with gzip.open(path, "rb") as f:
+        with reading(path, "mnist", "a gzipped pickle"), gzip.open(path, "rb") as f:
             parts = pickle.load(f, encoding="latin1")
         if not (isinstance(parts, (tuple, list)) and len(parts) == 3):
             raise ValueError(
@@ -148,7 +148,7 @@ def preprocess_cifar10(train_bytes, train_labels, test_bytes, test_labels, lam=C
 
 
 def _read_cifar_batch(path):
-    with open(path, "rb") as f:
+    with reading(path, "cifar10", "a CIFAR-10 python batch (a pickled dict)"), open(path, "rb") as f:
         batch = pickle.load(f, encoding="bytes")
     batch = {k.decode() if isinstance(k, bytes) else k: v for k, v in batch.items()}
     if "data" not in batch or "labels" not in batch:

@@ -36,6 +36,11 @@ class Splits:
             x = getattr(self, f"x_{split}")
             y = getattr(self, f"y_{split}")
             check_finite(x, f"{self.name} {split} split")
+            if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+                raise ValueError(
+                    f"{self.name} {split} split: expected a matrix with some rows and columns, "
+                    f"got shape {x.shape}."
+                )
             if y is not None and len(y) != len(x):
                 raise ValueError(
                     f"{self.name} {split} split: expected one label per row ({len(x)}), got {len(y)}."

@@ -21,7 +21,7 @@ from collections import Counter
 
 import numpy as np
 
-from keras_models.data._files import check_width, data_root, dataset_file
+from keras_models.data._files import check_width, data_root, dataset_file, reading
 from keras_models.data.splits import Splits, standardize, tail_split
 
 __all__ = [
@@ -81,7 +81,9 @@ def preprocess_power(raw: np.ndarray):
 
 def load_power(data_dir=None) -> Splits:
     """POWER from ``<root>/power/data.npy``; see ``preprocess_power``."""
-    raw = np.load(dataset_file(data_root(data_dir), "power", "power", "data.npy"))
+    path = dataset_file(data_root(data_dir), "power", "power", "data.npy")
+    with reading(path, "power", "a NumPy .npy array"):
+        raw = np.load(path)
     return _float32_splits("power", *preprocess_power(raw))
 
 
@@ -123,7 +125,8 @@ def load_gas(data_dir=None) -> Splits:
     import pandas as pd
 
     path = dataset_file(data_root(data_dir), "gas", "gas", "ethylene_CO.pickle")
-    frame = pd.read_pickle(path)
+    with reading(path, "gas", "a pickled pandas DataFrame"):
+        frame = pd.read_pickle(path)
     if not isinstance(frame, pd.DataFrame):
         raise ValueError(f"GAS {path}: expected a pickled pandas DataFrame, got {type(frame).__name__}.")
     return _float32_splits("gas", *preprocess_gas(frame))
@@ -185,10 +188,15 @@ def load_hepmass(data_dir=None) -> Splits:
     import pandas as pd
 
     root = data_root(data_dir)
-    frames = [
-        pd.read_csv(dataset_file(root, "hepmass", "hepmass", name), index_col=False)
-        for name in ("1000_train.csv", "1000_test.csv")
-    ]
+    frames = []
+    for name in ("1000_train.csv", "1000_test.csv"):
+        path = dataset_file(root, "hepmass", "hepmass", name)
+        with reading(path, "hepmass", "a CSV table"):
+            frame = pd.read_csv(path, index_col=False)
+            short = np.flatnonzero(frame.isna().any(axis=1).to_numpy())
+            if len(short):  # a line cut short: the file was not fully written
+                raise ValueError(f"{len(short)} rows have missing fields (first: data row {short[0]})")
+        frames.append(frame)
     return _float32_splits("hepmass", *preprocess_hepmass(*frames))
 
 
@@ -206,7 +214,9 @@ def preprocess_miniboone(data: np.ndarray):
 
 def load_miniboone(data_dir=None, filename: str = "data.npy", folder: str = "miniboone") -> Splits:
     """MINIBOONE from ``<root>/miniboone/data.npy`` (36,488 x 43)."""
-    data = np.load(dataset_file(data_root(data_dir), "miniboone", folder, filename))
+    path = dataset_file(data_root(data_dir), "miniboone", folder, filename)
+    with reading(path, "miniboone", "a NumPy .npy array"):
+        data = np.load(path)
     return _float32_splits("miniboone", *preprocess_miniboone(data))
 
 
@@ -221,13 +231,16 @@ def load_bsds300(data_dir=None) -> Splits:
     import h5py
 
     path = dataset_file(data_root(data_dir), "bsds300", "BSDS300", "BSDS300.hdf5")
-    with h5py.File(path, "r") as f:
+    with reading(path, "bsds300", "an HDF5 file"):
+        f = h5py.File(path, "r")
+    with f:
         missing = [k for k in BSDS300_SPLITS if k not in f]
         if missing:
             raise ValueError(
                 f"BSDS300 {path}: expected datasets {list(BSDS300_SPLITS)}, got {sorted(f.keys())}."
             )
-        arrays = [np.asarray(f[k][...]) for k in BSDS300_SPLITS]
+        with reading(path, "bsds300", "an HDF5 file"):
+            arrays = [np.asarray(f[k][...]) for k in BSDS300_SPLITS]
     for k, a in zip(BSDS300_SPLITS, arrays):
         check_width(a, 63, f"BSDS300 {path} [{k}]")
     return _float32_splits("bsds300", *arrays)
