@@ -118,16 +118,27 @@ class DensityModel(keras.Model):
             nll = -tf.reduce_mean(self.log_prob(x, y, training=True))
             penalty = tf.add_n(self.losses) if self.losses else 0.0
             total = nll + tf.cast(penalty, nll.dtype)
+            # Under tf.distribute each replica sees 1/R of the global batch and the
+            # optimizer sums the replicas' gradients: scale so the sum is the mean.
+            total = total / tf.distribute.get_strategy().num_replicas_in_sync
         variables = self.trainable_variables
         if variables:
             self.optimizer.apply(tape.gradient(total, variables), variables)
         self.loss_tracker.update_state(nll)
-        return {"loss": self.loss_tracker.result()}
+        return self._logs()
 
     def test_step(self, data):
         x, y = unpack(data)
         self.loss_tracker.update_state(-tf.reduce_mean(self.log_prob(x, y, training=False)))
-        return {"loss": self.loss_tracker.result()}
+        return self._logs()
+
+    def _logs(self) -> dict:
+        loss = self.loss_tracker.result()
+        if isinstance(tf.distribute.get_strategy(), tf.distribute.MultiWorkerMirroredStrategy):
+            # Keras 3 averages each worker's logs with strategy.reduce("MEAN", axis=0),
+            # which rejects scalars (seen with Keras 3.15): give it a vector of one.
+            loss = tf.reshape(loss, [1])
+        return {"loss": loss}
 
     # -- batch norm --------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import subprocess
 import sys
@@ -22,6 +24,11 @@ def test_tutorial_runs(script):
     if script.name == "01_first_density.py":
         assert "test log-likelihood" in done.stdout
         assert "reloaded model gives the same log_prob: True" in done.stdout
+    if script.name == "05_multi_worker.py":  # two workers, one set of mirrored weights
+        result = json.loads(done.stdout[done.stdout.index("{"):])
+        assert result["replicas"] == 2 and result["epochs"] == 3
+        first, second = result["worker_log_likelihoods"]
+        assert first == second and math.isfinite(first)
 
 
 def test_there_are_tutorials():

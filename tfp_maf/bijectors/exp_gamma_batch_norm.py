@@ -13,9 +13,26 @@ __all__ = ["ExpGammaBatchNorm", "batch_moments"]
 
 
 def batch_moments(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Mean and (biased) variance of ``x`` over every axis but the last."""
+    """Mean and (biased) variance of ``x`` over every axis but the last.
+
+    Inside a `tf.distribute` replica context with several replicas they are the
+    moments of the *global* batch, so a model trained on N replicas normalizes
+    exactly as on one device with the same global batch:
+
+        n = sum_r n_r,   m = sum_r sum_i x_ri / n,   v = sum_r sum_i (x_ri - m)^2 / n
+
+    (two all-reduces: centring on the global mean keeps the variance as
+    accurate as the single-device one). Gradients flow through the all-reduces.
+    """
     flat = tf.reshape(x, [-1, tf.shape(x)[-1]])
-    return tf.nn.moments(flat, axes=[0])
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return tf.nn.moments(flat, axes=[0])
+    total = tf.distribute.ReduceOp.SUM
+    count = context.all_reduce(total, tf.cast(tf.shape(flat)[0], flat.dtype))
+    mean = context.all_reduce(total, tf.reduce_sum(flat, axis=0)) / count
+    variance = context.all_reduce(total, tf.reduce_sum(tf.square(flat - mean), axis=0)) / count
+    return mean, variance
 
 
 class ExpGammaBatchNorm(tfb.Bijector):

@@ -1,0 +1,69 @@
+"""Trains the same MAF on one device and under `tf.distribute.MirroredStrategy`
+on two logical CPUs, and prints what `tests/test_distributed.py` checks, as JSON.
+
+It needs a fresh process: logical devices must be set before TensorFlow starts.
+Run it as ``python tests/scripts/mirrored_fit.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main() -> dict:
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+    import numpy as np
+
+    import keras_models as km
+    from keras_models import data, training
+    from tfp_maf.bijectors.exp_gamma_batch_norm import batch_moments
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    out = {"replicas": strategy.num_replicas_in_sync}
+
+    # 1. Batch-norm moments inside a replica are those of the global batch,
+    #    even when the replicas hold different numbers of rows (40 and 24).
+    x = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32) * [1, 2, 3] + [0, 1, 2]
+
+    def moments():
+        i = tf.distribute.get_replica_context().replica_id_in_sync_group
+        local = tf.slice(tf.constant(x), [40 * i, 0], [40 - 16 * i, 3])
+        return batch_moments(local)
+
+    per_replica = strategy.run(moments)
+    out["moments"] = [[t.numpy().tolist() for t in strategy.experimental_local_results(m)] for m in per_replica]
+    out["global_moments"] = [x.mean(0).tolist(), x.var(0).tolist()]
+
+    # 2. fit: one device against two replicas, same global batch, weights and order.
+    splits = data.load_figure1(n_train=2000, n_val=500, n_test=500, seed=0)
+
+    def run(scope):
+        with scope:
+            model = km.MAF(2, hidden_units=[32, 32], num_layers=3, seed=0)
+            training.compile_as_paper(model, "maf5")
+        pipelines = splits.pipelines(batch_size=100, seed=0)
+        history, _ = training.fit_as_paper(
+            model, pipelines.train, pipelines.validation, splits.x_train, max_epochs=4,
+            verbose=0, shuffle_epoch=pipelines.epoch,
+        )
+        # The statistics fit_as_paper set (under the strategy, for a mirrored model),
+        # and those the same weights get from a plain single-device model.
+        plain = km.MAF(2, hidden_units=[32, 32], num_layers=3, seed=0)
+        plain.set_weights(model.get_weights())
+        plain.set_batch_norm_statistics(splits.x_train)
+        norms = {name: [(layer.mean.numpy().tolist(), layer.variance.numpy().tolist())
+                        for layer in m.batch_norm_layers()] for name, m in (("set", model), ("plain", plain))}
+        return {"loss": history.history["loss"], "val_loss": history.history["val_loss"], "norms": norms}
+
+    out["single"] = run(tf.name_scope("single"))
+    out["mirrored"] = run(strategy.scope())
+    return out
+
+
+if __name__ == "__main__":
+    json.dump(main(), sys.stdout)
