@@ -43,38 +43,6 @@ def _load_data(args):
     return splits
 
 
-def _evaluate(model, splits, conditional) -> dict:
-    from keras_models.evaluation import (
-        bits_per_pixel,
-        log_likelihoods,
-        marginal_log_likelihoods,
-        mean_and_two_se,
-    )
-
-    def summary(key, values):
-        mean, two_se = mean_and_two_se(values)
-        return {key: mean, f"{key}_2se": two_se}
-
-    if conditional:
-        # The paper's corrected protocol: log p(x) = log sum_y p(x | y) p(y), uniform p(y).
-        log_p = marginal_log_likelihoods(model, splits.x_test, splits.num_classes)
-        out = summary("test_log_likelihood", log_p)
-        out.update(summary("test_conditional_log_likelihood",
-                           log_likelihoods(model, splits.x_test, splits.y_test)))
-    else:
-        log_p = log_likelihoods(model, splits.x_test)
-        out = summary("test_log_likelihood", log_p)
-    if splits.logit_lambda is not None:
-        out.update(summary("test_bits_per_pixel", bits_per_pixel(log_p, splits.x_test, splits.logit_lambda)))
-    if splits.name == "figure1":
-        from keras_models.data import Figure1Density
-
-        density = Figure1Density()
-        out["exact_test_log_likelihood"] = float(density.log_prob(splits.x_test).mean())
-        out["expected_log_likelihood"] = density.expected_log_prob
-    return out
-
-
 #: Arguments that may change between an interrupted run and its resumption.
 _RESUMABLE_CHANGES = {"verbose", "max_minutes", "func"}
 
@@ -108,51 +76,58 @@ def _save_model(model, out: Path) -> None:
 
 
 def cmd_train(args) -> dict:
-    import keras
     import tensorflow as tf
 
-    from keras_models import presets, training, zoo
+    from keras_models import experiment
 
     out = Path(args.out)
     _check_resumable(out, args)
     if args.deterministic:
         tf.config.experimental.enable_op_determinism()
-    keras.utils.set_random_seed(args.seed)
     splits = _load_data(args)
-    dataset = splits.name
-    kwargs = {"conditional_dims": splits.num_classes if args.conditional else None}
-    if args.model != "gaussian":
-        kwargs.update(presets.model_kwargs(dataset, args.size_option), seed=args.seed)
-        if args.hidden_units:
-            kwargs["hidden_units"] = args.hidden_units
-        if args.log_scale_bound:
-            kwargs["log_scale_bound"] = args.log_scale_bound
-    model = zoo.build(args.model, splits.event_size, **kwargs)
-    training.compile_as_paper(model, args.model, jit_compile=args.jit_compile)
-    pipelines = splits.pipelines(args.batch_size, seed=args.seed, conditional=args.conditional)
     out.mkdir(parents=True, exist_ok=True)
     (out / ARGS_FILE).write_text(json.dumps({k: v for k, v in vars(args).items() if k != "func"}, indent=2) + "\n")
-    start = time.monotonic()
-    _, info = training.fit_as_paper(
-        model, pipelines.train, pipelines.validation, splits.x_train,
-        splits.y_train if args.conditional else None,
-        max_epochs=args.max_epochs, patience=args.patience, max_minutes=args.max_minutes,
-        verbose=2 if args.verbose else 0, backup_dir=out / BACKUP_DIR, shuffle_epoch=pipelines.epoch,
+    model, info = experiment.train(
+        splits, args.model, conditional=args.conditional, size_option=args.size_option,
+        hidden_units=args.hidden_units, seed=args.seed, batch_size=args.batch_size,
+        max_epochs=args.max_epochs, max_minutes=args.max_minutes, patience=args.patience,
+        jit_compile=args.jit_compile, log_scale_bound=args.log_scale_bound,
+        backup_dir=out / BACKUP_DIR, verbose=2 if args.verbose else 0,
     )
     metrics = {
-        "dataset": dataset, "model": args.model, "conditional": args.conditional,
-        "hidden_units": kwargs.get("hidden_units"), "parameters": int(model.count_params()),
-        **_evaluate(model, splits, args.conditional),
-        "epochs": info["epochs"], "early_stopped": info["early_stopped"],
-        "resumed_from_epoch": info.get("resumed_from_epoch"),
-        "stopped_on_non_finite": info.get("stopped_on_non_finite"),
-        "wall_time_s": round(time.monotonic() - start, 1),
+        "dataset": splits.name, "model": args.model, "conditional": args.conditional,
+        "hidden_units": info["hidden_units"], "parameters": info["parameters"],
+        **experiment.evaluate(model, splits, args.conditional),
+        **{k: info.get(k) for k in ("epochs", "early_stopped", "resumed_from_epoch",
+                                    "stopped_on_non_finite", "wall_time_s")},
     }
     _save_model(model, out)
     (out / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
     # The run is complete and saved: its backup is no longer needed.
     shutil.rmtree(out / BACKUP_DIR, ignore_errors=True)
     return metrics
+
+
+def cmd_reproduce(args) -> dict:
+    from keras_models import experiment, figures
+
+    models = args.models or ["gaussian", "made", "made-mog", "realnvp5", "realnvp10", "maf5", "maf10", "maf-mog5"]
+    figure_dir = Path(args.results) / "figures"
+    kept = {}
+
+    def on_model(name, model, splits):
+        kept[name] = model
+        if not args.no_figures:
+            figures.save_for_model(name, model, splits, figure_dir, conditional=args.conditional)
+
+    result = experiment.reproduce(
+        args.dataset, models, data_dir=args.data_dir, conditional=args.conditional,
+        size_options=args.size_options, max_minutes=args.max_minutes, max_epochs=args.max_epochs,
+        seed=args.seed, results_dir=args.results, verbose=2 if args.verbose else 0, on_model=on_model,
+    )
+    if args.dataset == "figure1" and not args.no_figures:
+        figures.save_figure1(kept, figure_dir / "figure1.png")
+    return result
 
 
 def _load_model(out):
@@ -173,12 +148,14 @@ def _load_model(out):
 
 
 def cmd_evaluate(args) -> dict:
+    from keras_models import experiment
+
     saved = json.loads((Path(args.out) / ARGS_FILE).read_text())
     model = _load_model(args.out)
     overrides = {k: v for k, v in (("dataset", args.dataset), ("data_dir", args.data_dir)) if v}
     saved = argparse.Namespace(**{**saved, **overrides})
     splits = _load_data(saved)
-    return {"dataset": splits.name, "model": saved.model, **_evaluate(model, splits, saved.conditional)}
+    return {"dataset": splits.name, "model": saved.model, **experiment.evaluate(model, splits, saved.conditional)}
 
 
 def cmd_sample(args) -> dict:
@@ -235,6 +212,23 @@ def _parser() -> argparse.ArgumentParser:
                        help="soft-bound the flows' log-scales to +-B (off, as in the paper; try 10 on heavy-tailed data)")
     train.add_argument("--verbose", action="store_true")
     train.set_defaults(func=cmd_train)
+
+    reproduce = sub.add_parser(
+        "reproduce", help="train the paper's models on a dataset; write results/<dataset>.json, .md and figures")
+    reproduce.add_argument("--dataset", default="figure1", choices=sorted(LOADERS))
+    reproduce.add_argument("--models", nargs="+", default=None, choices=sorted(MODELS),
+                           help="default: all eight of the paper's tables")
+    reproduce.add_argument("--conditional", action="store_true")
+    reproduce.add_argument("--data-dir", default=None)
+    reproduce.add_argument("--results", default="results")
+    reproduce.add_argument("--size-options", type=int, nargs="+", default=None,
+                           help="indices of the paper's hidden-size options to try (default: all)")
+    reproduce.add_argument("--max-minutes", type=float, default=None, help="budget per training run")
+    reproduce.add_argument("--max-epochs", type=int, default=1000)
+    reproduce.add_argument("--seed", type=int, default=0)
+    reproduce.add_argument("--no-figures", action="store_true")
+    reproduce.add_argument("--verbose", action="store_true")
+    reproduce.set_defaults(func=cmd_reproduce)
 
     evaluate = sub.add_parser("evaluate", help="print the test log-likelihood of a trained model")
     evaluate.add_argument("--out", required=True)

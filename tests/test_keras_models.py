@@ -212,3 +212,21 @@ def test_saved_model_serves_log_prob_without_tfp_maf(conditional, tmp_path):
     # recomputes, so compare with the model's own traced log_prob, to float32 round-off.
     traced = tf.function(lambda x, y: model.log_prob(x, y))(x, y) if conditional else tf.function(model.log_prob)(x)
     np.testing.assert_allclose(served, traced, rtol=1e-6, atol=1e-6)
+
+
+def test_reproduce_writes_results_beside_the_paper_and_figures(tmp_path):
+    from keras_models import cli, experiment
+
+    cli.main(["reproduce", "--models", "gaussian", "made", "--max-epochs", "2", "--results", str(tmp_path)])
+    result = json.loads((tmp_path / "figure1.json").read_text())
+    assert [row["model"] for row in result["rows"]] == ["gaussian", "made"]
+    made = result["rows"][1]
+    assert made["epochs"] == 2 and not made["early_stopped"]
+    assert made["paper"] == {"log_likelihood": -3.531, "error_bar": 0.0}
+    table = (tmp_path / "figure1.md").read_text()
+    assert "**no (budget)**" in table and "-3.531 (exact)" in table and "2 epochs" in table
+    assert (tmp_path / "figures" / "figure1.png").stat().st_size > 10_000
+    assert json.loads((tmp_path / "figures" / "figure1_made.json").read_text())["u_space"]["gaussian_kl"] > 0
+    assert experiment.paper_value("miniboone", "maf-mog5") == (-11.68, 0.44)
+    assert experiment.paper_value("cifar10", "maf10", conditional=True) == (3058.0, 26.0)
+    assert experiment.paper_value("power", "maf5", conditional=True) is None

@@ -1,0 +1,202 @@
+"""Experiments as in the paper: train one model, evaluate it, and reproduce a table.
+
+`reproduce` trains the paper's models on one dataset, each on every hidden-size option
+of the appendix (`keras_models.presets`), keeps the option with the best validation
+log-likelihood, and reports its test log-likelihood +- 2 s.e. beside the paper's number
+(`paper_value`, from ``resources/paper_results.json``, typed in from Tables 1 and 2).
+Budgets (``max_minutes``, ``max_epochs``) are recorded with every row, as is whether
+early stopping was reached: a row whose training was cut short says so.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from importlib import resources
+from pathlib import Path
+
+__all__ = ["evaluate", "markdown_table", "paper_value", "reproduce", "train"]
+
+
+def train(splits, model_name: str, *, conditional: bool = False, size_option: int = 0,
+          hidden_units=None, seed: int = 0, batch_size: int = 100, max_epochs: int = 1000,
+          max_minutes: float | None = None, patience: int = 30, jit_compile: bool = True,
+          log_scale_bound: float | None = None, backup_dir=None, verbose=0):
+    """Builds ``model_name`` (``maf5``, ``made``, ...) with the paper's settings for
+    ``splits`` and trains it as in the paper. Returns ``(model, info)``."""
+    import keras
+
+    from keras_models import presets, training, zoo
+
+    keras.utils.set_random_seed(seed)
+    kwargs = {"conditional_dims": splits.num_classes if conditional else None}
+    if model_name != "gaussian":
+        kwargs.update(presets.model_kwargs(splits.name, size_option), seed=seed)
+        if hidden_units:
+            kwargs["hidden_units"] = list(hidden_units)
+        if log_scale_bound:
+            kwargs["log_scale_bound"] = log_scale_bound
+    model = zoo.build(model_name, splits.event_size, **kwargs)
+    training.compile_as_paper(model, model_name, jit_compile=jit_compile)
+    pipelines = splits.pipelines(batch_size, seed=seed, conditional=conditional)
+    start = time.monotonic()
+    _, info = training.fit_as_paper(
+        model, pipelines.train, pipelines.validation, splits.x_train,
+        splits.y_train if conditional else None, max_epochs=max_epochs, patience=patience,
+        max_minutes=max_minutes, verbose=verbose, backup_dir=backup_dir,
+        shuffle_epoch=pipelines.epoch,
+    )
+    info.update(hidden_units=kwargs.get("hidden_units"), parameters=int(model.count_params()),
+                wall_time_s=round(time.monotonic() - start, 1))
+    return model, info
+
+
+def evaluate(model, splits, conditional: bool = False, split: str = "test") -> dict:
+    """Mean log-likelihood +- 2 s.e. on ``split``, as in the paper: for a conditional
+    model the marginal log p(x) = log sum_y p(x | y) p(y) (uniform p(y)) and
+    log p(x | y); bits per pixel for images; the exact value for Figure 1."""
+    from keras_models.evaluation import (
+        bits_per_pixel,
+        log_likelihoods,
+        marginal_log_likelihoods,
+        mean_and_two_se,
+    )
+
+    x, y = getattr(splits, f"x_{split}"), getattr(splits, f"y_{split}")
+    key = f"{split}_log_likelihood"
+
+    def summary(name, values):
+        mean, two_se = mean_and_two_se(values)
+        return {name: mean, f"{name}_2se": two_se}
+
+    if conditional:
+        log_p = marginal_log_likelihoods(model, x, splits.num_classes)
+        out = summary(key, log_p)
+        out.update(summary(f"{split}_conditional_log_likelihood", log_likelihoods(model, x, y)))
+    else:
+        log_p = log_likelihoods(model, x)
+        out = summary(key, log_p)
+    if splits.logit_lambda is not None:
+        out.update(summary(f"{split}_bits_per_pixel", bits_per_pixel(log_p, x, splits.logit_lambda)))
+    if splits.name == "figure1":
+        from keras_models.data import Figure1Density
+
+        density = Figure1Density()
+        out[f"exact_{split}_log_likelihood"] = float(density.log_prob(x).mean())
+        out["expected_log_likelihood"] = density.expected_log_prob
+    return out
+
+
+def _paper() -> dict:
+    return json.loads(resources.files("keras_models").joinpath("resources/paper_results.json").read_text())
+
+
+def paper_value(dataset: str, model: str, conditional: bool = False) -> tuple[float, float] | None:
+    """The paper's test log-likelihood and error bar for this cell, or ``None``.
+
+    >>> paper_value("mnist", "gaussian", conditional=True)
+    (-1344.7, 1.8)
+    >>> paper_value("figure1", "maf5")   # not in the tables: the exact value
+    (-3.531, 0.0)
+    """
+    paper = _paper()
+    if dataset in paper["exact"]:
+        return paper["exact"][dataset]["log_likelihood"], 0.0
+    if dataset in paper["table1"]:
+        cell = None if conditional else paper["table1"][dataset].get(model)
+    else:
+        table = paper["table2"].get(dataset, {})
+        cell = table.get("conditional" if conditional else "unconditional", {}).get(model)
+    return None if cell is None else (float(cell[0]), float(cell[1]))
+
+
+def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
+              size_options=None, max_minutes: float | None = None, max_epochs: int = 1000,
+              seed: int = 0, results_dir="results", verbose=0, on_model=None) -> dict:
+    """Trains each model on every hidden-size option (or ``size_options``), keeps the
+    best on validation data, and writes ``<results_dir>/<dataset>[_conditional].json``
+    and ``.md``. ``on_model(name, model, splits)`` is called with each kept model
+    (the CLI draws figures there)."""
+    from keras_models import data, presets
+
+    splits = data.load_figure1(seed=seed) if dataset == "figure1" else data.load(dataset, data_dir)
+    options = size_options if size_options is not None else range(len(presets.HIDDEN_UNIT_OPTIONS[dataset]))
+    stem = f"{dataset}_conditional" if conditional else dataset
+    rows, started = [], time.monotonic()
+    for name in models:
+        tried, best = [], None
+        for option in ([0] if name == "gaussian" else options):
+            model, info = train(splits, name, conditional=conditional, size_option=option, seed=seed,
+                                max_minutes=max_minutes, max_epochs=max_epochs, verbose=verbose)
+            val = evaluate(model, splits, conditional, split="val")["val_log_likelihood"]
+            tried.append({"hidden_units": info["hidden_units"], "val_log_likelihood": val,
+                          "epochs": info["epochs"], "early_stopped": info["early_stopped"]})
+            if best is None or val > best[0]:
+                best = (val, model, info)
+        _, model, info = best
+        row = {"model": name, **evaluate(model, splits, conditional), **info, "options_tried": tried}
+        paper = paper_value(dataset, name, conditional)
+        row["paper"] = None if paper is None else {"log_likelihood": paper[0], "error_bar": paper[1]}
+        if paper is not None:
+            # Within the paper's error bars: the two intervals overlap.
+            gap = abs(row["test_log_likelihood"] - paper[0])
+            row["within_paper_error_bars"] = bool(gap <= paper[1] + row["test_log_likelihood_2se"])
+        rows.append(row)
+        if on_model is not None:
+            on_model(name, model, splits)
+        _write(results_dir, stem, dataset, conditional, rows, max_minutes, max_epochs, started)
+    return json.loads((Path(results_dir) / f"{stem}.json").read_text())
+
+
+def _write(results_dir, stem, dataset, conditional, rows, max_minutes, max_epochs, started):
+    out = Path(results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {
+        "dataset": dataset, "conditional": conditional,
+        "budget": {"max_minutes_per_run": max_minutes, "max_epochs": max_epochs},
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
+        "wall_time_s": round(time.monotonic() - started, 1), "rows": rows,
+    }
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / f"{stem}.md").write_text(markdown_table(result))
+
+
+def _fmt(value, two_se):
+    digits = 3 if abs(value) < 100 else 1
+    return f"{value:.{digits}f} +- {two_se:.{digits}f}"
+
+
+def markdown_table(result: dict) -> str:
+    """Our test log-likelihood beside the paper's, with budgets and early stopping."""
+    title = result["dataset"] + (" (conditional)" if result["conditional"] else "")
+    budget = result["budget"]
+    limit = [f"{budget['max_minutes_per_run']} min" if budget["max_minutes_per_run"] else None,
+             f"{budget['max_epochs']} epochs" if budget["max_epochs"] != 1000 else None]
+    limit = " and ".join(x for x in limit if x) or "none (the paper's protocol)"
+    lines = [
+        f"## {title}",
+        "",
+        f"Budget per training run: {limit}. Total wall time {result['wall_time_s']:.0f} s.",
+        "",
+        "| model | hidden units | test log-likelihood (ours) | paper | ours - paper | within error bars | "
+        "epochs | early stopping reached | wall time (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        paper = row.get("paper")
+        paper_text = "-" if paper is None else (
+            f"{paper['log_likelihood']} (exact)" if paper["error_bar"] == 0
+            else _fmt(paper["log_likelihood"], paper["error_bar"]))
+        gap = "-" if paper is None else f"{row['test_log_likelihood'] - paper['log_likelihood']:+.3f}"
+        within = "-" if paper is None else ("yes" if row["within_paper_error_bars"] else "no")
+        stopped = "closed form" if row.get("closed_form") else ("yes" if row["early_stopped"] else "**no (budget)**")
+        lines.append(
+            f"| {row['model']} | {row['hidden_units'] or '-'} | "
+            f"{_fmt(row['test_log_likelihood'], row['test_log_likelihood_2se'])} | {paper_text} | {gap} | {within} | "
+            f"{row['epochs']} | {stopped} | {row['wall_time_s']:.0f} |"
+        )
+    lines += ["", "Error bars are 2 standard errors of the mean test log-likelihood, as in the paper.",
+              "A row whose early stopping was not reached stopped on its budget: its number is a lower",
+              "bound on what the paper's protocol would reach.", ""]
+    return "\n".join(lines)
