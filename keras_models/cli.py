@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import numpy as np

@@ -22,7 +22,6 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 
 import keras_models as km  # noqa: E402
 from keras_models import data, evaluation, figures, training  # noqa: E402
