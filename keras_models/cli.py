@@ -30,10 +30,10 @@ BACKUP_DIR = "backup"
 
 
 def _load_data(args):
-    from keras_models import data
+    from keras_models import experiment
 
     name = args.dataset or "figure1"
-    splits = data.load(name, args.data_dir) if name != "figure1" else data.load_figure1(seed=args.seed)
+    splits = experiment.load_splits(name, args.data_dir, seed=args.seed)
     if args.conditional and splits.y_train is None:
         raise SystemExit(
             f"tfp-maf: --conditional needs labelled data; {name} has no labels "
@@ -53,8 +53,8 @@ def _check_resumable(out: Path, args) -> None:
         return
     saved = json.loads(saved_path.read_text())
     current = vars(args)
-    changed = sorted(k for k in set(saved) | set(current) - _RESUMABLE_CHANGES
-                     if k not in _RESUMABLE_CHANGES and saved.get(k) != current.get(k))
+    keys = (set(saved) | set(current)) - _RESUMABLE_CHANGES
+    changed = sorted(k for k in keys if saved.get(k) != current.get(k))
     if changed:
         detail = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)!r} then, {current.get(k)!r} now" for k in changed)
         raise SystemExit(
@@ -115,7 +115,8 @@ def cmd_reproduce(args) -> dict:
     kept = {}
 
     def on_model(name, model, splits):
-        kept[name] = model
+        if args.dataset == "figure1":  # Figure 1 draws MADE and MAF (5) side by side
+            kept[name] = model
         if not args.no_figures:
             figures.save_for_model(name, model, splits, figure_dir, conditional=args.conditional)
 

@@ -16,7 +16,15 @@ import time
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["evaluate", "markdown_table", "paper_value", "reproduce", "train"]
+__all__ = ["evaluate", "load_splits", "markdown_table", "paper_value", "reproduce", "train"]
+
+
+def load_splits(dataset: str, data_dir=None, seed: int = 0):
+    """The dataset's splits; the Figure 1 density, which is drawn rather than read,
+    takes ``seed``."""
+    from keras_models import data
+
+    return data.load(dataset, data_dir, **({"seed": seed} if dataset == "figure1" else {}))
 
 
 def train(splits, model_name: str, *, conditional: bool = False, size_option: int = 0,
@@ -118,9 +126,9 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
     best on validation data, and writes ``<results_dir>/<dataset>[_conditional].json``
     and ``.md``. ``on_model(name, model, splits)`` is called with each kept model
     (the CLI draws figures there)."""
-    from keras_models import data, presets
+    from keras_models import presets
 
-    splits = data.load_figure1(seed=seed) if dataset == "figure1" else data.load(dataset, data_dir)
+    splits = load_splits(dataset, data_dir, seed)
     options = size_options if size_options is not None else range(len(presets.HIDDEN_UNIT_OPTIONS[dataset]))
     stem = f"{dataset}_conditional" if conditional else dataset
     rows, started = [], time.monotonic()

@@ -60,7 +60,9 @@ def marginal_ks(u: np.ndarray) -> np.ndarray:
     have skewed or bimodal marginals, which this distance shows."""
     u = np.sort(np.asarray(u, np.float64), axis=0)
     n = len(u)
-    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(u / math.sqrt(2.0)))
+    import tensorflow as tf
+
+    cdf = 0.5 * (1.0 + tf.math.erf(u / math.sqrt(2.0)).numpy())
     upper = np.arange(1, n + 1)[:, None] / n - cdf
     lower = cdf - np.arange(0, n)[:, None] / n
     return np.maximum(upper.max(0), lower.max(0))

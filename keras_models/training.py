@@ -169,8 +169,10 @@ class RunBackup(keras.callbacks.Callback):
             saved = {"best": _scalar(self.stopper.best), "wait": int(self.stopper.wait),
                      "best_epoch": int(self.stopper.best_epoch), "best_weights": None}
             if self.stopper.best_weights is not None:
-                saved["best_weights"] = f"{tag}.best.npz"
-                np.savez(self.directory / saved["best_weights"], *self.stopper.best_weights)
+                # Named by the best epoch: written once when it changes, not every epoch.
+                saved["best_weights"] = f"best-{saved['best_epoch'] + 1}.npz"
+                if not (self.directory / saved["best_weights"]).exists():
+                    _save_atomically(self.directory / saved["best_weights"], self.stopper.best_weights)
             state["stopper"] = saved
         _write_atomically(self.directory / self.STATE, json.dumps(state, indent=2))
         keep = {self.STATE, state["weights"], state.get("stopper", {}).get("best_weights")}
@@ -182,6 +184,13 @@ class RunBackup(keras.callbacks.Callback):
 def _scalar(value) -> float:
     # Multi-worker logs are vectors of one (see DensityModel._logs).
     return float(np.mean(value))
+
+
+def _save_atomically(path: Path, arrays) -> None:
+    # A kill mid-write must not leave a file that "exists" but is partial.
+    partial = path.with_name(path.name + ".partial.npz")
+    np.savez(partial, *arrays)
+    os.replace(partial, path)
 
 
 def _write_atomically(path: Path, text: str) -> None:
