@@ -6,7 +6,10 @@ prints and saves (``benchmarks/results/pipeline.json``) the examples per second 
 - the training pipeline alone (shuffled batches of 100, iterated as ``fit`` does), and
 - ``model.fit`` on that pipeline for MAF (5) with the paper's hidden sizes,
 
-and their ratio: the pipeline keeps up when it is well above 1.
+and their ratio: the pipeline keeps up when it is well above 1. It also times whole
+training epochs (config A of ``speed.py``: MAF (5) of 2 x 512 on D = 43, batch 1,000)
+with our pipeline as it is (tf.data's autotuner off) and with the autotuner back on,
+TensorFlow's default: the autotuner's thread competes with the training step for cores.
 
     python benchmarks/pipeline.py [--data-dir ../shared/data] [--steps 100]
 """
@@ -20,7 +23,9 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 from _common import run_info, save  # noqa: E402
 
@@ -76,11 +81,36 @@ def measure(name, splits, steps, batch_size, repeats):
     }
 
 
+def autotune_effect(epochs, batch_size=1000, rows=20_000, D=43, hidden=(512, 512)):
+    """Median epoch time of ``fit`` with our pipeline, autotuner off and on."""
+    x = np.random.default_rng(0).standard_normal((rows, D)).astype(np.float32)
+    on = tf.data.Options()
+    on.autotune.enabled = True
+    out = {"D": D, "hidden": list(hidden), "batch_size": batch_size, "rows": rows, "epochs": epochs}
+    for label in ("autotune_off", "autotune_on"):
+        ds = data.array_dataset(x, batch_size=batch_size, shuffle=True, seed=0)
+        if label == "autotune_on":
+            ds = ds.with_options(on)
+        model = training.compile_as_paper(zoo.build("maf5", D, hidden_units=list(hidden)), "maf5")
+        times = []
+        timer = keras.callbacks.LambdaCallback(
+            on_epoch_begin=lambda e, logs: times.append(-time.perf_counter()),
+            on_epoch_end=lambda e, logs: times.__setitem__(-1, times[-1] + time.perf_counter()),
+        )
+        model.fit(ds, epochs=epochs + 1, verbose=0, callbacks=[timer])
+        times = times[1:]  # the first epoch traces and compiles
+        out[label] = {"examples_per_s": round(rows / float(np.median(times))),
+                      "epoch_times_s": [round(t, 3) for t in times]}
+    out["off_over_on"] = round(out["autotune_off"]["examples_per_s"] / out["autotune_on"]["examples_per_s"], 2)
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data"))
     parser.add_argument("--steps", type=int, default=50, help="training steps per timed repeat")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--autotune-epochs", type=int, default=8)
     parser.add_argument("--out", default=str(HERE / "results" / "pipeline.json"))
     args = parser.parse_args(argv)
 
@@ -89,11 +119,15 @@ def main(argv=None):
         measure("miniboone", data.load_miniboone(args.data_dir, folder="miniboone-head"),
                 args.steps, 100, args.repeats),
     ]
-    result = {**run_info("pipeline.py", argv), "rows": rows}
+    autotune = autotune_effect(args.autotune_epochs)
+    result = {**run_info("pipeline.py", argv), "rows": rows, "autotune": autotune}
     print(f"{'dataset':10} {'D':>4} {'model':22} {'pipeline ex/s':>14} {'training ex/s':>14} {'ratio':>7}")
     for r in rows:
         print(f"{r['dataset']:10} {r['D']:>4} {r['model']:22} {r['pipeline_examples_per_s']:>14,} "
               f"{r['training_examples_per_s']:>14,} {r['pipeline_over_training']:>7}")
+    print(f"training epochs, D = {autotune['D']}, batch {autotune['batch_size']}: autotuner off "
+          f"{autotune['autotune_off']['examples_per_s']:,} ex/s, on {autotune['autotune_on']['examples_per_s']:,} "
+          f"ex/s ({autotune['off_over_on']}x)")
     save(args.out, result)
     return result
 

@@ -471,6 +471,14 @@ def test_epoch_order_depends_on_seed_and_epoch_only():
     assert first.cardinality().numpy() == 5
 
 
+def test_pipelines_run_without_the_autotuner():
+    # Its thread took a core from the training step (benchmarks/pipeline.py: epochs up to
+    # 1.5x slower on 2 cores); a gather per batch needs no tuning.
+    splits = data.load("figure1", n_train=50, n_val=10, n_test=10)
+    for ds in splits.pipelines(batch_size=16)[:3]:
+        assert ds.options().autotune.enabled is False
+
+
 def test_empty_arrays_are_refused():
     with pytest.raises(ValueError, match="at least one row, got an empty array of shape \\(0, 3\\)"):
         data.array_dataset(np.zeros((0, 3), np.float32))

@@ -73,7 +73,14 @@ def array_dataset(x: np.ndarray, y: np.ndarray | None = None, batch_size: int = 
         batch = tuple(tf.gather(t, idx) for t in tensors)
         return batch[0] if y is None else batch
 
-    return indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    # A batch is one gather from memory (microseconds): one producer thread and two
+    # batches in flight keep any training step fed, with nothing to tune. tf.data's
+    # autotuner is off: its background thread takes a core from the training step's
+    # matmuls, which made whole epochs up to 1.5x slower on 2-core machines
+    # (`benchmarks/pipeline.py`).
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return indices.map(gather).prefetch(2).with_options(options)
 
 
 def make_pipelines(splits, batch_size: int = 100, eval_batch_size: int = 10_000, seed: int = 0,
