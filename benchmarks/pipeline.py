@@ -81,6 +81,18 @@ def measure(name, splits, steps, batch_size, repeats):
     }
 
 
+class _EpochTimer(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.times = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.times.append(time.perf_counter() - self._start)
+
+
 def autotune_effect(epochs, batch_size=1000, rows=20_000, D=43, hidden=(512, 512)):
     """Median epoch time of ``fit`` with our pipeline, autotuner off and on."""
     x = np.random.default_rng(0).standard_normal((rows, D)).astype(np.float32)
@@ -92,13 +104,9 @@ def autotune_effect(epochs, batch_size=1000, rows=20_000, D=43, hidden=(512, 512
         if label == "autotune_on":
             ds = ds.with_options(on)
         model = training.compile_as_paper(zoo.build("maf5", D, hidden_units=list(hidden)), "maf5")
-        times = []
-        timer = keras.callbacks.LambdaCallback(
-            on_epoch_begin=lambda e, logs: times.append(-time.perf_counter()),
-            on_epoch_end=lambda e, logs: times.__setitem__(-1, times[-1] + time.perf_counter()),
-        )
+        timer = _EpochTimer()
         model.fit(ds, epochs=epochs + 1, verbose=0, callbacks=[timer])
-        times = times[1:]  # the first epoch traces and compiles
+        times = timer.times[1:]  # the first epoch traces and compiles
         out[label] = {"examples_per_s": round(rows / float(np.median(times))),
                       "epoch_times_s": [round(t, 3) for t in times]}
     out["off_over_on"] = round(out["autotune_off"]["examples_per_s"] / out["autotune_on"]["examples_per_s"], 2)

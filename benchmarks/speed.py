@@ -37,7 +37,7 @@ import tensorflow_probability as tfp  # noqa: E402
 from _common import run_info, save  # noqa: E402
 
 import keras_models as km  # noqa: E402
-from keras_models import training  # noqa: E402
+from keras_models import data, training  # noqa: E402
 
 tfd, tfb = tfp.distributions, tfp.bijectors
 HERE = Path(__file__).resolve().parent
@@ -102,7 +102,8 @@ def _data(D, n, seed=0):
 # --------------------------------------------------------------------------- measures
 
 def train_rate_ours(D, hidden, batch, steps, repeats, jit):
-    ds = tf.data.Dataset.from_tensors(_data(D, batch)).repeat()
+    # The pipeline users train on: shuffled batches gathered from an in-memory array.
+    ds = data.array_dataset(_data(D, batch * steps).numpy(), batch_size=batch, shuffle=True, seed=0).repeat()
 
     def setup():
         model = ours(D, hidden, jit)

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tfp_maf import MADE, MADEMoG, MaskedAutoregressive
+from tfp_maf.layers import sequential
 from tfp_maf.layers.sequential import SequentialPlan
 from tfp_maf.testing import randomize_weights
 
@@ -34,9 +35,33 @@ def _y(config, n, dtype="float32"):
     return None if K is None else tf.one_hot(tf.range(n) % K, K, dtype=dtype)
 
 
+# Steps per block of the loop: the automatic choice (one or two steps a block for these
+# small MADEs), and blocks that split D unevenly, leave some degrees without units, or
+# exceed D.
+BLOCKS = [None, 3, 16]
+
+
+@pytest.fixture(params=BLOCKS, ids=lambda S: f"S{S or 'auto'}")
+def block_steps(request, monkeypatch):
+    if request.param is not None:
+        monkeypatch.setattr(sequential, "_block_steps", lambda made: request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"D{c[0]}-{c[1]}-K{c[2]}-{c[4]}")
 @pytest.mark.parametrize("mode", ["eager", "function"])
 def test_maf_forward_equals_the_plain_loop(config, mode):
+    _maf_forward_equals_the_plain_loop(config, mode)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"D{c[0]}-{c[1]}-K{c[2]}-{c[4]}")
+@pytest.mark.parametrize("block", BLOCKS[1:])
+def test_maf_forward_equals_the_plain_loop_for_any_block_size(config, block, monkeypatch):
+    monkeypatch.setattr(sequential, "_block_steps", lambda made: block)
+    _maf_forward_equals_the_plain_loop(config, "function")
+
+
+def _maf_forward_equals_the_plain_loop(config, mode):
     b = MaskedAutoregressive(_made(config))
     u = tf.random.stateless_normal([32, config[0]], seed=[1, 2])
     y = _y(config, 32)
@@ -62,7 +87,7 @@ def test_maf_forward_broadcasts_batch_shapes_with_y():
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"D{c[0]}-{c[1]}-K{c[2]}-{c[4]}")
-def test_made_mog_sample_equals_the_plain_loop(config, monkeypatch):
+def test_made_mog_sample_equals_the_plain_loop(config, monkeypatch, block_steps):
     dist = MADEMoG(_made(config, num_components=3))
     y = _y(config, 40)
     kw = {} if y is None else {"conditional_input": y}
@@ -72,12 +97,19 @@ def test_made_mog_sample_equals_the_plain_loop(config, monkeypatch):
     np.testing.assert_allclose(fast, plain, atol=1e-4)
 
 
-def test_float64_is_exact_to_rounding():
+def test_float64_is_exact_to_rounding(block_steps):
     config = CONFIGS[3]
     b = MaskedAutoregressive(_made(config, dtype="float64"))
     u = tf.random.stateless_normal([16, config[0]], seed=[7, 8], dtype=tf.float64)
     y = _y(config, 16, "float64")
     np.testing.assert_allclose(b._mask_aware_forward(u, y)[0], b._plain_forward(u, y)[0], atol=1e-12)
+
+
+def test_block_size_keeps_the_in_block_work_small():
+    # MNIST-like and MINIBOONE-like MADEs get blocks of several steps; a tiny one, one step.
+    assert sequential._block_steps(MADE(784, [1024])) == 16
+    assert sequential._block_steps(MADE(43, [512, 512])) >= 2
+    assert sequential._block_steps(MADE(5, [16, 16])) == 1
 
 
 def test_plan_blocks_cover_every_unit_once():
@@ -93,9 +125,12 @@ def test_plan_blocks_cover_every_unit_once():
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
-def test_gradients_through_sampling_equal_the_plain_loop(mode):
+@pytest.mark.parametrize("block", [None, 3])
+def test_gradients_through_sampling_equal_the_plain_loop(mode, block, monkeypatch):
     """The XLA-compiled loop is differentiated through the same loop run by TF: the
     gradients with respect to the noise, y and every weight equal the plain loop's."""
+    if block is not None:
+        monkeypatch.setattr(sequential, "_block_steps", lambda made: block)
     config = CONFIGS[1]
     made = _made(config)
     b = MaskedAutoregressive(made)

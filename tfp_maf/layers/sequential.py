@@ -18,6 +18,11 @@ about the work of one forward pass, spread over D steps. Units are kept sorted b
 so that the units of degree t are a contiguous block of rows (the state is stored
 transposed, units x batch), and the loop is compiled with XLA.
 
+Done one step at a time, that work is D matrix-vector-like products, which run far below
+a CPU's matmul throughput. So the steps go in blocks of S degrees (`_sequential_loop`):
+what the rows that are already final contribute to a whole block is one matmul per
+layer at the block's start, and only the block's own rows are updated step by step.
+
 `sequential_pass` is shared by the Gaussian head (`MaskedAutoregressive` sampling) and the
 mixture head (`MADEMoG` sampling); ``emit`` turns the outputs of one variable into its value.
 """
@@ -68,7 +73,7 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
       ``(x, extra)``, both ``[B, D]`` in the variables' own order.
     """
     if key is None:
-        return _sequential_loop(made, emit, noise, conditional_input, _read_weights(made))
+        return _sequential_loop(made, emit, noise, conditional_input, _prepared(made, noise))
     # XLA runs the D-step loop with in-place row updates and fused small ops: a step
     # costs microseconds, where the graph executor's copies of the state cost ~1 ms.
     cache = made.__dict__.setdefault("_compiled_sequential", {})
@@ -97,7 +102,7 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
             variables = list(variables or [])
             with tf.GradientTape() as tape:
                 tape.watch(args)
-                again = _sequential_loop(made, emit, noise_args, y, _read_weights(made))
+                again = _sequential_loop(made, emit, noise_args, y, _prepared(made, noise_args))
             upstream = [tf.zeros_like(o) if g is None else g for o, g in zip(again, upstream)]
             grads = tape.gradient(list(again), [*args, *variables], output_gradients=upstream)
             return grads[: len(args)], grads[len(args) :]
@@ -107,13 +112,14 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
     return run(*args)
 
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 22
 
 
 def _chunk_size(made, batch=None) -> int:
     """Batch rows per chunk so that one chunk's state (inputs and every hidden layer,
-    float32) is about CHUNK_BYTES: each step reads the whole state, so it should stay
-    in cache for the D steps of its chunk. No larger than a (static) batch."""
+    float32) is about CHUNK_BYTES (4 MiB: about 1.3x faster than 1 MiB or than no
+    chunks, on both configurations of ``benchmarks/speed.py``): the block-start
+    matmuls read the whole state. No larger than a (static) batch."""
     width = made.event_size + sum(made.hidden_units)
     chunk = int(max(32, 2 ** np.floor(np.log2(CHUNK_BYTES / (4 * width)))))
     return chunk if batch is None else max(1, min(chunk, int(batch)))
@@ -122,6 +128,7 @@ def _chunk_size(made, batch=None) -> int:
 def _chunked_loop(made, emit, noise, conditional_input, weights):
     """`_sequential_loop` over batch chunks, one after the other."""
     flat = tf.nest.flatten(noise)
+    prepared = _prepared(made, noise, weights)
     chunk = _chunk_size(made, flat[0].shape[1])
     batch = tf.shape(flat[0])[1]
     n_chunks = (batch + chunk - 1) // chunk
@@ -140,12 +147,18 @@ def _chunked_loop(made, emit, noise, conditional_input, weights):
     def one_chunk(args):
         noise_c = tf.nest.pack_sequence_as(noise, list(args[: len(flat)]))
         y_c = args[-1] if conditional_input is not None else None
-        return _sequential_loop(made, emit, noise_c, y_c, weights)
+        return _sequential_loop(made, emit, noise_c, y_c, prepared)
 
     dtype = flat[0].dtype
     x, extra = tf.map_fn(one_chunk, elems, fn_output_signature=(dtype, dtype), parallel_iterations=1)
     D = made.event_size
     return tf.reshape(x, [-1, D])[:batch], tf.reshape(extra, [-1, D])[:batch]
+
+
+def _prepared(made, noise, weights=None) -> dict:
+    """`_prepare` of the MADE's current weights (or of ``weights``), in the noise's dtype."""
+    dtype = tf.nest.flatten(noise)[0].dtype
+    return _prepare(made, _read_weights(made) if weights is None else weights, dtype, _block_steps(made))
 
 
 def _read_weights(made) -> dict:
@@ -157,79 +170,182 @@ def _read_weights(made) -> dict:
     }
 
 
-def _sequential_loop(made, emit, noise, conditional_input, weights):
-    plan = made.sequential_plan
-    D, P = plan.event_size, made.params_per_dim
-    L = len(made.hidden_layers)
-    first = tf.nest.flatten(noise)[0]
-    dtype, batch_size = first.dtype, tf.shape(first)[1]
-    cast = lambda t: tf.cast(t, dtype)  # noqa: E731
-    if conditional_input is None:
-        y_terms = [None] * max(L, 1)
-    else:  # y @ V_l, as `MADE.conditional_terms`
-        y_terms = [tf.matmul(cast(conditional_input), cast(v)) for v in weights["conditional"]]
+def _block_steps(made) -> int:
+    """Steps per block (`_sequential_loop`): the largest power of two S whose in-block
+    work, counted as ``P W_L + sum_l W_l W_(l-1)`` multiply-adds a step and sample
+    (``W_0 = S``, ``W_l`` about ``S H_l / D`` units), stays under 1/8 of a forward pass.
+    Larger blocks make the block-start matmuls fatter but the unrolled steps longer;
+    this rule picks the fastest S measured on CPU for the MNIST-like (16) and
+    MINIBOONE-like (2) MADEs of ``benchmarks/speed.py``."""
+    D, P, hidden = made.event_size, made.params_per_dim, made.hidden_units
+    widths = [D, *hidden]
+    forward = sum(a * b for a, b in zip(widths, [*hidden, D * P]))
+    best = 1
+    for S in (2 ** k for k in range(1, 12)):
+        if S > D:
+            break
+        win = [S] + [max(1, S * h // D) for h in hidden]
+        inner = P * win[-1] + sum(a * b for a, b in zip(win[1:], win[:-1]))
+        if D * inner > forward / 8:
+            break
+        best = S
+    return best
 
-    # Weights with rows (fan-in) and columns (units) sorted by degree, then transposed:
-    # W_T[l] is [H_l, fan_in], so the units of one degree are a block of rows.
+
+class _Layout:
+    """Static (NumPy) tables of the blocked loop for a MADE and a block size S.
+
+    Rows of the state: the variables (padded to ``n_blocks * S``), then for each layer
+    its units, padded by one window so that no window is ever clamped. For each block
+    and each of these (variables, layer 1, ...): where its window starts, how many of
+    the window's rows become final in the block, and the window's (static) width.
+    """
+
+    def __init__(self, made, S: int):
+        plan = made.sequential_plan
+        D = plan.event_size
+        self.S = S
+        self.n_blocks = -(-D // S)
+        ends = np.minimum(np.arange(self.n_blocks + 1) * S, D)
+        self.starts, self.finals, self.widths = [ends[:-1]], [np.diff(ends)], [S]
+        for offsets in plan.offsets:
+            at = offsets[ends]
+            self.starts.append(at[:-1])
+            self.finals.append(np.diff(at))
+            self.widths.append(max(1, int(np.max(self.finals[-1]))))
+        self.rows = [self.n_blocks * S] + [h + w for h, w in zip(made.hidden_units, self.widths[1:])]
+        # Output rows of variable i are i * P ... i * P + P - 1, sorted by its degree.
+        P = made.params_per_dim
+        self.out_cols = (plan.var_at[:, None] * P + np.arange(P)[None, :]).reshape(-1)
+
+
+def _prepare(made, weights, dtype, S: int) -> dict:
+    """The weights in the loop's layout: [fan_out, fan_in] (transposed), rows and columns
+    sorted by degree, zero-padded to the layout's rows. Once per call, not per chunk."""
+    plan, layout = made.sequential_plan, _Layout(made, S)
+    rows, L = layout.rows, len(made.hidden_layers)
+    cast = lambda t: tf.cast(t, dtype)  # noqa: E731
+
+    def sorted_padded(matrix, row_order, col_order, n_rows, n_cols):
+        m = tf.transpose(tf.gather(tf.gather(cast(matrix), row_order, axis=0), col_order, axis=1))
+        return tf.pad(m, [[0, n_rows - m.shape[0]], [0, n_cols - m.shape[1]]])
+
+    def sorted_cols(matrix, col_order, n_cols):  # y's kernels: only the units are sorted
+        m = tf.gather(cast(matrix), col_order, axis=1)
+        return tf.pad(m, [[0, 0], [0, n_cols - m.shape[1]]])
+
+    out = {"layout": layout, "kernels": [], "biases": [], "conditional": []}
     prev_order = plan.var_at
-    kernels, biases, conds, starts, widths = [], [], [], [], []
     for l, (kernel, bias) in enumerate(weights["hidden"]):
         order = plan.unit_order[l]
-        w = tf.gather(tf.gather(cast(kernel), prev_order, axis=0), order, axis=1)
-        kernels.append(tf.transpose(w))
-        biases.append(tf.gather(cast(bias), order)[:, None])
-        conds.append(None if y_terms[l] is None else tf.transpose(tf.gather(y_terms[l], order, axis=1)))
+        out["kernels"].append(sorted_padded(kernel, prev_order, order, rows[l + 1], rows[l]))
+        out["biases"].append(sorted_cols(bias[None], order, rows[l + 1])[0][:, None])
         prev_order = order
-        # Static shapes (for XLA): every step computes a window of the widest block's
-        # size starting at its block. Extra units in the window are either final already
-        # (recomputed to the same value) or of a later degree (overwritten at their own
-        # step); the masks keep any reader from seeing them before they are final.
-        offsets, units = plan.offsets[l], made.hidden_units[l]
-        width = int(np.max(np.diff(offsets)))
-        starts.append(tf.constant(np.minimum(offsets[:-1], units - width).astype(np.int32)))
-        widths.append(width)
-    # Output columns of variable i are i * P ... i * P + P - 1; sort them by degree too.
-    out_cols = (plan.var_at[:, None] * P + np.arange(P)[None, :]).reshape(-1)
+    n_out = layout.n_blocks * S * made.params_per_dim
     out_kernel, out_bias = weights["output"]
-    out_w = tf.gather(tf.gather(cast(out_kernel), prev_order, axis=0), out_cols, axis=1)
-    out_w = tf.transpose(out_w)  # [D * P, fan_in of the output layer]
-    out_b = tf.gather(cast(out_bias), out_cols)[:, None]
-    out_c = None
-    if L == 0 and y_terms[0] is not None:
-        out_c = tf.transpose(tf.gather(y_terms[0], out_cols, axis=1))
-    fan_ins = [D, *made.hidden_units]
+    out["out_w"] = sorted_padded(out_kernel, prev_order, layout.out_cols, n_out, rows[L])
+    out["out_b"] = sorted_cols(out_bias[None], layout.out_cols, n_out)[0][:, None]
+    # y feeds every hidden layer (the outputs when there is none).
+    y_orders = [(o, r) for o, r in zip(plan.unit_order, rows[1:])] or [(layout.out_cols, n_out)]
+    out["conditional"] = [sorted_cols(v, o, r) for v, (o, r) in zip(weights["conditional"], y_orders)]
+    return out
 
-    def body(t, x_t, states, extra_t):
-        # 1. Outputs of the variable of degree t + 1 (the masks read only final units),
-        #    then its value.
-        last = states[-1] if L else x_t
-        rows = [t * P, 0]
-        params = tf.matmul(tf.slice(out_w, rows, [P, fan_ins[-1]]), last) + tf.slice(out_b, rows, [P, 1])
+
+def _sequential_loop(made, emit, noise, conditional_input, weights):
+    """The D steps in blocks of S consecutive degrees (``weights`` from `_prepare`).
+
+    Invariant at the start of a block (steps s ... s + S - 1): the state holds every
+    variable and unit of degree <= s, and zeros in every later row. A unit of a later
+    degree reads (final) rows of degree <= s and rows of this block, so the block
+
+    1. starts with ONE matmul per layer over the whole state: the contribution of the
+       final rows to every output and unit of the block (a GEMM, S P or W_l rows tall);
+    2. then, at each of its S steps, adds the contribution of its own rows, which is
+       small next to the GEMMs;
+    3. and ends by writing its final rows into the state (units of a later degree that
+       share the window are zeroed, keeping the invariant).
+
+    Rows and columns are sorted by degree and the state is transposed (units x batch),
+    so that a block's rows are one contiguous slice.
+    """
+    D, P = made.event_size, made.params_per_dim
+    L = len(made.hidden_layers)
+    layout = weights["layout"]
+    S, rows, widths = layout.S, layout.rows, layout.widths
+    first = tf.nest.flatten(noise)[0]
+    dtype, batch_size = first.dtype, tf.shape(first)[1]
+    kernels, biases, out_w, out_b = weights["kernels"], weights["biases"], weights["out_w"], weights["out_b"]
+    conds = [None] * max(L, 1)
+    if conditional_input is not None:  # (y @ V_l)^T, as `MADE.conditional_terms`
+        y = tf.cast(conditional_input, dtype)
+        conds = [tf.matmul(v, y, transpose_a=True, transpose_b=True) for v in weights["conditional"]]
+    out_c = conds[0] if L == 0 else None
+    starts = [tf.constant(a.astype(np.int32)) for a in layout.starts]
+    finals = [tf.constant(f.astype(np.int32)) for f in layout.finals]
+
+    def block(k, states, extras, steps):
+        """Block k: ``steps`` (static) steps from s = k S."""
+        s = k * S
+        # 1. What the final rows contribute to the block's outputs and units.
+        out_rows = tf.slice(out_w, [s * P, 0], [S * P, rows[L]])
+        base_out = tf.matmul(out_rows, states[L]) + tf.slice(out_b, [s * P, 0], [S * P, 1])
         if out_c is not None:
-            params += tf.slice(out_c, [t * P, 0], [P, batch_size])
-        value, extra = emit(params, t, noise)
-        extra_t = extra_t.write(t, extra)
-        x_t = tf.tensor_scatter_nd_update(x_t, [[t]], value[None])
-        # 2. Each hidden layer's units of degree t + 1, now final.
-        new_states, prev = [], x_t
+            base_out += tf.slice(out_c, [s * P, 0], [S * P, batch_size])
+        base, blocks = [], []
         for l in range(L):
-            start, width = starts[l][t], widths[l]
-            pre = tf.matmul(tf.slice(kernels[l], [start, 0], [width, fan_ins[l]]), prev)
-            pre += tf.slice(biases[l], [start, 0], [width, 1])
+            start, width = starts[l + 1][k], widths[l + 1]
+            unit_rows = tf.slice(kernels[l], [start, 0], [width, rows[l]])
+            pre = tf.matmul(unit_rows, states[l]) + tf.slice(biases[l], [start, 0], [width, 1])
             if conds[l] is not None:
                 pre += tf.slice(conds[l], [start, 0], [width, batch_size])
-            state = tf.tensor_scatter_nd_update(
-                states[l], (start + tf.range(width))[:, None], made.activation(pre)
-            )
-            new_states.append(state)
-            prev = state
-        return t + 1, x_t, new_states, extra_t
+            base.append(pre)
+            # The block's own rows below: its window of the previous layer.
+            blocks.append(tf.slice(unit_rows, [0, starts[l][k]], [width, widths[l]]))
+        out_block = tf.slice(out_rows, [0, starts[L][k]], [S * P, widths[L]])
 
-    zeros = lambda rows: tf.zeros(tf.stack([rows, batch_size]), dtype)  # noqa: E731
-    extra_rows = tf.TensorArray(dtype, size=D, element_shape=tf.TensorShape([None]))
-    init = (tf.constant(0), zeros(D), [zeros(h) for h in made.hidden_units], extra_rows)
-    _, x_t, _, extra_t = tf.while_loop(lambda t, *_: t < D, body, init, maximum_iterations=D)
+        # 2. Its steps (unrolled: static slices, no inner loop), each adding what the
+        #    block's own rows contribute. The new variable enters the first layer (or,
+        #    without hidden layers, the outputs) as a rank-1 update; deeper windows are
+        #    recomputed, since every unit of the window below may have changed.
+        values, extra_rows, windows = [], [], [None] * L
+        for j in range(steps):
+            if L:
+                params = base_out[j * P : (j + 1) * P] + tf.matmul(out_block[j * P : (j + 1) * P], windows[-1]) \
+                    if j else base_out[:P]
+            else:
+                params = base_out[j * P : (j + 1) * P]
+            value, extra = emit(params, s + j, noise)
+            values.append(value)
+            extra_rows.append(extra)
+            if L:
+                base[0] = base[0] + blocks[0][:, j : j + 1] * value[None]
+                windows[0] = made.activation(base[0])
+                for l in range(1, L):
+                    windows[l] = made.activation(base[l] + tf.matmul(blocks[l], windows[l - 1]))
+            else:
+                base_out = base_out + out_block[:, j : j + 1] * value[None]
+
+        # 3. Write the final rows; units of later degrees in the windows stay zero.
+        pad = lambda r: tf.pad(tf.stack(r), [[0, S - steps], [0, 0]])  # noqa: E731
+        new_states = [tf.tensor_scatter_nd_update(states[0], (s + tf.range(S))[:, None], pad(values))]
+        for l in range(L):
+            keep = tf.range(widths[l + 1])[:, None] < finals[l + 1][k]
+            window = tf.where(keep, windows[l], tf.zeros_like(windows[l]))
+            new_states.append(tf.tensor_scatter_nd_update(
+                states[l + 1], (starts[l + 1][k] + tf.range(widths[l + 1]))[:, None], window))
+        extras = tf.tensor_scatter_nd_update(extras, (s + tf.range(S))[:, None], pad(extra_rows))
+        return new_states, extras
+
+    zeros = lambda n: tf.zeros(tf.stack([n, batch_size]), dtype)  # noqa: E731
+    full, rest = divmod(D, S)
+    _, states, extras = tf.while_loop(
+        lambda k, *_: k < full, lambda k, *state: (k + 1, *block(k, *state, S)),
+        (tf.constant(0), [zeros(n) for n in rows], zeros(rows[0])),
+        maximum_iterations=full,
+    )
+    if rest:  # the last, shorter block
+        states, extras = block(tf.constant(full), states, extras, rest)
     # Back from (degree order, transposed) to [B, D] in the variables' order.
-    inverse_order = np.argsort(plan.var_at)
-    return (tf.gather(tf.transpose(x_t), inverse_order, axis=1),
-            tf.gather(tf.transpose(extra_t.stack()), inverse_order, axis=1))
+    inverse_order = np.argsort(made.sequential_plan.var_at)
+    return (tf.gather(tf.transpose(states[0][:D]), inverse_order, axis=1),
+            tf.gather(tf.transpose(extras[:D]), inverse_order, axis=1))
