@@ -73,7 +73,7 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
       ``(x, extra)``, both ``[B, D]`` in the variables' own order.
     """
     if key is None:
-        return _sequential_loop(made, emit, noise, conditional_input, _prepared(made, noise))
+        return _sequential_loop(made, emit, noise, conditional_input, _read_weights(made))
     # XLA runs the D-step loop with in-place row updates and fused small ops: a step
     # costs microseconds, where the graph executor's copies of the state cost ~1 ms.
     cache = made.__dict__.setdefault("_compiled_sequential", {})
@@ -102,7 +102,7 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
             variables = list(variables or [])
             with tf.GradientTape() as tape:
                 tape.watch(args)
-                again = _sequential_loop(made, emit, noise_args, y, _prepared(made, noise_args))
+                again = _sequential_loop(made, emit, noise_args, y, _read_weights(made))
             upstream = [tf.zeros_like(o) if g is None else g for o, g in zip(again, upstream)]
             grads = tape.gradient(list(again), [*args, *variables], output_gradients=upstream)
             return grads[: len(args)], grads[len(args) :]
@@ -112,23 +112,25 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
     return run(*args)
 
 
-CHUNK_BYTES = 1 << 22
+#: State bytes per batch chunk: the step-by-step loop reads the whole state at every step,
+#: so it should stay in cache (1 MiB); the blocked loop reads it once a block, and fewer,
+#: larger chunks are faster (4 MiB: about 1.3x faster than 1 MiB or than no chunks for the
+#: MNIST-like MADE of ``benchmarks/speed.py``, where 4 MiB is 1.4x slower step by step).
+CHUNK_BYTES = {"stepwise": 1 << 20, "blocked": 1 << 22}
 
 
 def _chunk_size(made, batch=None) -> int:
     """Batch rows per chunk so that one chunk's state (inputs and every hidden layer,
-    float32) is about CHUNK_BYTES (4 MiB: about 1.3x faster than 1 MiB or than no
-    chunks, on both configurations of ``benchmarks/speed.py``): the block-start
-    matmuls read the whole state. No larger than a (static) batch."""
+    float32) is about CHUNK_BYTES. No larger than a (static) batch."""
     width = made.event_size + sum(made.hidden_units)
-    chunk = int(max(32, 2 ** np.floor(np.log2(CHUNK_BYTES / (4 * width)))))
+    budget = CHUNK_BYTES["stepwise" if _block_steps(made) == 1 else "blocked"]
+    chunk = int(max(32, 2 ** np.floor(np.log2(budget / (4 * width)))))
     return chunk if batch is None else max(1, min(chunk, int(batch)))
 
 
 def _chunked_loop(made, emit, noise, conditional_input, weights):
     """`_sequential_loop` over batch chunks, one after the other."""
     flat = tf.nest.flatten(noise)
-    prepared = _prepared(made, noise, weights)
     chunk = _chunk_size(made, flat[0].shape[1])
     batch = tf.shape(flat[0])[1]
     n_chunks = (batch + chunk - 1) // chunk
@@ -147,18 +149,12 @@ def _chunked_loop(made, emit, noise, conditional_input, weights):
     def one_chunk(args):
         noise_c = tf.nest.pack_sequence_as(noise, list(args[: len(flat)]))
         y_c = args[-1] if conditional_input is not None else None
-        return _sequential_loop(made, emit, noise_c, y_c, prepared)
+        return _sequential_loop(made, emit, noise_c, y_c, weights)
 
     dtype = flat[0].dtype
     x, extra = tf.map_fn(one_chunk, elems, fn_output_signature=(dtype, dtype), parallel_iterations=1)
     D = made.event_size
     return tf.reshape(x, [-1, D])[:batch], tf.reshape(extra, [-1, D])[:batch]
-
-
-def _prepared(made, noise, weights=None) -> dict:
-    """`_prepare` of the MADE's current weights (or of ``weights``), in the noise's dtype."""
-    dtype = tf.nest.flatten(noise)[0].dtype
-    return _prepare(made, _read_weights(made) if weights is None else weights, dtype, _block_steps(made))
 
 
 def _read_weights(made) -> dict:
@@ -173,10 +169,11 @@ def _read_weights(made) -> dict:
 def _block_steps(made) -> int:
     """Steps per block (`_sequential_loop`): the largest power of two S whose in-block
     work, counted as ``P W_L + sum_l W_l W_(l-1)`` multiply-adds a step and sample
-    (``W_0 = S``, ``W_l`` about ``S H_l / D`` units), stays under 1/8 of a forward pass.
-    Larger blocks make the block-start matmuls fatter but the unrolled steps longer;
-    this rule picks the fastest S measured on CPU for the MNIST-like (16) and
-    MINIBOONE-like (2) MADEs of ``benchmarks/speed.py``."""
+    (``W_0 = S``, ``W_l`` about ``S H_l / D`` units), stays under 1/8 of a forward pass;
+    and 1 (no blocks) when that S is below MIN_BLOCK, where a block's bookkeeping costs
+    more than its matmuls save. Measured on CPU with ``benchmarks/speed.py``: the
+    MNIST-like MADE samples fastest with S = 16 (what this gives), the MINIBOONE-like
+    one fastest step by step (blocks of 2: about 1.4x slower)."""
     D, P, hidden = made.event_size, made.params_per_dim, made.hidden_units
     widths = [D, *hidden]
     forward = sum(a * b for a, b in zip(widths, [*hidden, D * P]))
@@ -189,7 +186,10 @@ def _block_steps(made) -> int:
         if D * inner > forward / 8:
             break
         best = S
-    return best
+    return best if best >= MIN_BLOCK else 1
+
+
+MIN_BLOCK = 8
 
 
 class _Layout:
@@ -252,6 +252,116 @@ def _prepare(made, weights, dtype, S: int) -> dict:
 
 
 def _sequential_loop(made, emit, noise, conditional_input, weights):
+    """The D steps (``weights`` as `_read_weights`): `_stepwise_loop` when the MADE's
+    blocks would be of one step (`_block_steps`), else `_blocked_loop`."""
+    S = _block_steps(made)
+    if S == 1:
+        return _stepwise_loop(made, emit, noise, conditional_input, weights)
+    dtype = tf.nest.flatten(noise)[0].dtype
+    return _blocked_loop(made, emit, noise, conditional_input, _prepare(made, weights, dtype, S))
+
+
+def _loop_inputs(made, noise, conditional_input, weights):
+    """dtype, batch size, and the (y @ V_l)^T terms in the loop's layout (or Nones)."""
+    first = tf.nest.flatten(noise)[0]
+    conds = [None] * max(len(made.hidden_layers), 1)
+    if conditional_input is not None:  # as `MADE.conditional_terms`
+        y = tf.cast(conditional_input, first.dtype)
+        conds = [tf.matmul(v, y, transpose_a=True, transpose_b=True) for v in weights["conditional"]]
+    return first.dtype, tf.shape(first)[1], conds
+
+
+def _in_variable_order(made, x_rows, extra_rows):
+    """Back from (degree order, transposed) to [B, D] in the variables' order."""
+    D, inverse_order = made.event_size, np.argsort(made.sequential_plan.var_at)
+    return (tf.gather(tf.transpose(x_rows[:D]), inverse_order, axis=1),
+            tf.gather(tf.transpose(extra_rows[:D]), inverse_order, axis=1))
+
+
+def _stepwise_loop(made, emit, noise, conditional_input, weights):
+    """One step a degree (``weights`` as `_read_weights`). At step t: the outputs of the
+    variable of degree t + 1, from the whole last layer (the masks read only its final
+    units), then that variable; then in each layer the units of degree t + 1, from the
+    whole layer below. Blocks are padded to the widest one; see below.
+    """
+    plan = made.sequential_plan
+    D, P = plan.event_size, made.params_per_dim
+    L = len(made.hidden_layers)
+    first = tf.nest.flatten(noise)[0]
+    dtype, batch_size = first.dtype, tf.shape(first)[1]
+    cast = lambda t: tf.cast(t, dtype)  # noqa: E731
+    if conditional_input is None:
+        y_terms = [None] * max(L, 1)
+    else:  # y @ V_l, as `MADE.conditional_terms`
+        y_terms = [tf.matmul(cast(conditional_input), cast(v)) for v in weights["conditional"]]
+
+    # Weights with rows (fan-in) and columns (units) sorted by degree, then transposed:
+    # W_T[l] is [H_l, fan_in], so the units of one degree are a block of rows.
+    prev_order = plan.var_at
+    kernels, biases, conds, starts, widths = [], [], [], [], []
+    for l, (kernel, bias) in enumerate(weights["hidden"]):
+        order = plan.unit_order[l]
+        w = tf.gather(tf.gather(cast(kernel), prev_order, axis=0), order, axis=1)
+        kernels.append(tf.transpose(w))
+        biases.append(tf.gather(cast(bias), order)[:, None])
+        conds.append(None if y_terms[l] is None else tf.transpose(tf.gather(y_terms[l], order, axis=1)))
+        prev_order = order
+        # Static shapes (for XLA): every step computes a window of the widest block's
+        # size starting at its block. Extra units in the window are either final already
+        # (recomputed to the same value) or of a later degree (overwritten at their own
+        # step); the masks keep any reader from seeing them before they are final.
+        offsets, units = plan.offsets[l], made.hidden_units[l]
+        width = int(np.max(np.diff(offsets)))
+        starts.append(tf.constant(np.minimum(offsets[:-1], units - width).astype(np.int32)))
+        widths.append(width)
+    # Output columns of variable i are i * P ... i * P + P - 1; sort them by degree too.
+    out_cols = (plan.var_at[:, None] * P + np.arange(P)[None, :]).reshape(-1)
+    out_kernel, out_bias = weights["output"]
+    out_w = tf.gather(tf.gather(cast(out_kernel), prev_order, axis=0), out_cols, axis=1)
+    out_w = tf.transpose(out_w)  # [D * P, fan_in of the output layer]
+    out_b = tf.gather(cast(out_bias), out_cols)[:, None]
+    out_c = None
+    if L == 0 and y_terms[0] is not None:
+        out_c = tf.transpose(tf.gather(y_terms[0], out_cols, axis=1))
+    fan_ins = [D, *made.hidden_units]
+
+    def body(t, x_t, states, extra_t):
+        # 1. Outputs of the variable of degree t + 1 (the masks read only final units),
+        #    then its value.
+        last = states[-1] if L else x_t
+        rows = [t * P, 0]
+        params = tf.matmul(tf.slice(out_w, rows, [P, fan_ins[-1]]), last) + tf.slice(out_b, rows, [P, 1])
+        if out_c is not None:
+            params += tf.slice(out_c, [t * P, 0], [P, batch_size])
+        value, extra = emit(params, t, noise)
+        extra_t = extra_t.write(t, extra)
+        x_t = tf.tensor_scatter_nd_update(x_t, [[t]], value[None])
+        # 2. Each hidden layer's units of degree t + 1, now final.
+        new_states, prev = [], x_t
+        for l in range(L):
+            start, width = starts[l][t], widths[l]
+            pre = tf.matmul(tf.slice(kernels[l], [start, 0], [width, fan_ins[l]]), prev)
+            pre += tf.slice(biases[l], [start, 0], [width, 1])
+            if conds[l] is not None:
+                pre += tf.slice(conds[l], [start, 0], [width, batch_size])
+            state = tf.tensor_scatter_nd_update(
+                states[l], (start + tf.range(width))[:, None], made.activation(pre)
+            )
+            new_states.append(state)
+            prev = state
+        return t + 1, x_t, new_states, extra_t
+
+    zeros = lambda rows: tf.zeros(tf.stack([rows, batch_size]), dtype)  # noqa: E731
+    extra_rows = tf.TensorArray(dtype, size=D, element_shape=tf.TensorShape([None]))
+    init = (tf.constant(0), zeros(D), [zeros(h) for h in made.hidden_units], extra_rows)
+    _, x_t, _, extra_t = tf.while_loop(lambda t, *_: t < D, body, init, maximum_iterations=D)
+    # Back from (degree order, transposed) to [B, D] in the variables' order.
+    inverse_order = np.argsort(plan.var_at)
+    return (tf.gather(tf.transpose(x_t), inverse_order, axis=1),
+            tf.gather(tf.transpose(extra_t.stack()), inverse_order, axis=1))
+
+
+def _blocked_loop(made, emit, noise, conditional_input, weights):
     """The D steps in blocks of S consecutive degrees (``weights`` from `_prepare`).
 
     Invariant at the start of a block (steps s ... s + S - 1): the state holds every
@@ -272,13 +382,8 @@ def _sequential_loop(made, emit, noise, conditional_input, weights):
     L = len(made.hidden_layers)
     layout = weights["layout"]
     S, rows, widths = layout.S, layout.rows, layout.widths
-    first = tf.nest.flatten(noise)[0]
-    dtype, batch_size = first.dtype, tf.shape(first)[1]
+    dtype, batch_size, conds = _loop_inputs(made, noise, conditional_input, weights)
     kernels, biases, out_w, out_b = weights["kernels"], weights["biases"], weights["out_w"], weights["out_b"]
-    conds = [None] * max(L, 1)
-    if conditional_input is not None:  # (y @ V_l)^T, as `MADE.conditional_terms`
-        y = tf.cast(conditional_input, dtype)
-        conds = [tf.matmul(v, y, transpose_a=True, transpose_b=True) for v in weights["conditional"]]
     out_c = conds[0] if L == 0 else None
     starts = [tf.constant(a.astype(np.int32)) for a in layout.starts]
     finals = [tf.constant(f.astype(np.int32)) for f in layout.finals]
@@ -345,7 +450,4 @@ def _sequential_loop(made, emit, noise, conditional_input, weights):
     )
     if rest:  # the last, shorter block
         states, extras = block(tf.constant(full), states, extras, rest)
-    # Back from (degree order, transposed) to [B, D] in the variables' order.
-    inverse_order = np.argsort(made.sequential_plan.var_at)
-    return (tf.gather(tf.transpose(states[0][:D]), inverse_order, axis=1),
-            tf.gather(tf.transpose(extras[:D]), inverse_order, axis=1))
+    return _in_variable_order(made, states[0], extras)
