@@ -22,6 +22,8 @@ Done one step at a time, that work is D matrix-vector-like products, which run f
 a CPU's matmul throughput. So the steps go in blocks of S degrees (`_sequential_loop`):
 what the rows that are already final contribute to a whole block is one matmul per
 layer at the block's start, and only the block's own rows are updated step by step.
+Blocks pay where D is large against the hidden layers (MNIST-like MADEs: blocks of 16);
+small MADEs run step by step (`_block_steps`).
 
 `sequential_pass` is shared by the Gaussian head (`MaskedAutoregressive` sampling) and the
 mixture head (`MADEMoG` sampling); ``emit`` turns the outputs of one variable into its value.
@@ -167,7 +169,7 @@ def _read_weights(made) -> dict:
 
 
 def _block_steps(made) -> int:
-    """Steps per block (`_sequential_loop`): the largest power of two S whose in-block
+    """Steps per block (`_blocked_loop`): the largest power of two S whose in-block
     work, counted as ``P W_L + sum_l W_l W_(l-1)`` multiply-adds a step and sample
     (``W_0 = S``, ``W_l`` about ``S H_l / D`` units), stays under 1/8 of a forward pass;
     and 1 (no blocks) when that S is below MIN_BLOCK, where a block's bookkeeping costs
@@ -221,7 +223,7 @@ class _Layout:
 
 def _prepare(made, weights, dtype, S: int) -> dict:
     """The weights in the loop's layout: [fan_out, fan_in] (transposed), rows and columns
-    sorted by degree, zero-padded to the layout's rows. Once per call, not per chunk."""
+    sorted by degree, zero-padded to the layout's rows."""
     plan, layout = made.sequential_plan, _Layout(made, S)
     rows, L = layout.rows, len(made.hidden_layers)
     cast = lambda t: tf.cast(t, dtype)  # noqa: E731
