@@ -19,9 +19,9 @@ so that the units of degree t are a contiguous block of rows (the state is store
 transposed, units x batch), and the loop is compiled with XLA.
 
 Done one step at a time, that work is D matrix-vector-like products, which run far below
-a CPU's matmul throughput. So the steps go in blocks of S degrees (`_sequential_loop`):
+a CPU's matmul throughput. So the steps go in blocks of S degrees:
 what the rows that are already final contribute to a whole block is one matmul per
-layer at the block's start, and only the block's own rows are updated step by step.
+layer at the block's start (`_blocked_loop`), and only the block's own rows are updated step by step.
 Blocks pay where D is large against the hidden layers (MNIST-like MADEs: blocks of 16);
 small MADEs run step by step (`_block_steps`).
 
@@ -75,7 +75,8 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
       ``(x, extra)``, both ``[B, D]`` in the variables' own order.
     """
     if key is None:
-        return _sequential_loop(made, emit, noise, conditional_input, _read_weights(made))
+        dtype = tf.nest.flatten(noise)[0].dtype
+        return _loop_for(made, _read_weights(made), dtype)(emit, noise, conditional_input)
     # XLA runs the D-step loop with in-place row updates and fused small ops: a step
     # costs microseconds, where the graph executor's copies of the state cost ~1 ms.
     cache = made.__dict__.setdefault("_compiled_sequential", {})
@@ -104,7 +105,7 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
             variables = list(variables or [])
             with tf.GradientTape() as tape:
                 tape.watch(args)
-                again = _sequential_loop(made, emit, noise_args, y, _read_weights(made))
+                again = _loop_for(made, _read_weights(made), flat[0].dtype)(emit, noise_args, y)
             upstream = [tf.zeros_like(o) if g is None else g for o, g in zip(again, upstream)]
             grads = tape.gradient(list(again), [*args, *variables], output_gradients=upstream)
             return grads[: len(args)], grads[len(args) :]
@@ -131,8 +132,9 @@ def _chunk_size(made, batch=None) -> int:
 
 
 def _chunked_loop(made, emit, noise, conditional_input, weights):
-    """`_sequential_loop` over batch chunks, one after the other."""
+    """The loop of `_loop_for` over batch chunks, one after the other."""
     flat = tf.nest.flatten(noise)
+    loop = _loop_for(made, weights, flat[0].dtype)
     chunk = _chunk_size(made, flat[0].shape[1])
     batch = tf.shape(flat[0])[1]
     n_chunks = (batch + chunk - 1) // chunk
@@ -151,7 +153,7 @@ def _chunked_loop(made, emit, noise, conditional_input, weights):
     def one_chunk(args):
         noise_c = tf.nest.pack_sequence_as(noise, list(args[: len(flat)]))
         y_c = args[-1] if conditional_input is not None else None
-        return _sequential_loop(made, emit, noise_c, y_c, weights)
+        return loop(emit, noise_c, y_c)
 
     dtype = flat[0].dtype
     x, extra = tf.map_fn(one_chunk, elems, fn_output_signature=(dtype, dtype), parallel_iterations=1)
@@ -166,6 +168,9 @@ def _read_weights(made) -> dict:
         "output": (made.output_layer.masked_kernel(), tf.convert_to_tensor(made.output_layer.bias)),
         "conditional": [tf.convert_to_tensor(v) for v in made.conditional_kernels],
     }
+
+
+MIN_BLOCK = 8
 
 
 def _block_steps(made) -> int:
@@ -189,9 +194,6 @@ def _block_steps(made) -> int:
             break
         best = S
     return best if best >= MIN_BLOCK else 1
-
-
-MIN_BLOCK = 8
 
 
 class _Layout:
@@ -253,14 +255,15 @@ def _prepare(made, weights, dtype, S: int) -> dict:
     return out
 
 
-def _sequential_loop(made, emit, noise, conditional_input, weights):
-    """The D steps (``weights`` as `_read_weights`): `_stepwise_loop` when the MADE's
-    blocks would be of one step (`_block_steps`), else `_blocked_loop`."""
+def _loop_for(made, weights, dtype) -> Callable:
+    """``loop(emit, noise, conditional_input) -> (x, extra)`` over the D steps, for
+    ``weights`` as `_read_weights`: `_stepwise_loop` when the MADE's blocks would be of
+    one step (`_block_steps`), else `_blocked_loop` on weights laid out here, once."""
     S = _block_steps(made)
     if S == 1:
-        return _stepwise_loop(made, emit, noise, conditional_input, weights)
-    dtype = tf.nest.flatten(noise)[0].dtype
-    return _blocked_loop(made, emit, noise, conditional_input, _prepare(made, weights, dtype, S))
+        return lambda emit, noise, y: _stepwise_loop(made, emit, noise, y, weights)
+    prepared = _prepare(made, weights, dtype, S)
+    return lambda emit, noise, y: _blocked_loop(made, emit, noise, y, prepared)
 
 
 def _loop_inputs(made, noise, conditional_input, weights):
@@ -284,7 +287,7 @@ def _stepwise_loop(made, emit, noise, conditional_input, weights):
     """One step a degree (``weights`` as `_read_weights`). At step t: the outputs of the
     variable of degree t + 1, from the whole last layer (the masks read only its final
     units), then that variable; then in each layer the units of degree t + 1, from the
-    whole layer below. Blocks are padded to the widest one; see below.
+    whole layer below, in a window as wide as the most units of one degree.
     """
     plan = made.sequential_plan
     D, P = plan.event_size, made.params_per_dim
@@ -357,10 +360,7 @@ def _stepwise_loop(made, emit, noise, conditional_input, weights):
     extra_rows = tf.TensorArray(dtype, size=D, element_shape=tf.TensorShape([None]))
     init = (tf.constant(0), zeros(D), [zeros(h) for h in made.hidden_units], extra_rows)
     _, x_t, _, extra_t = tf.while_loop(lambda t, *_: t < D, body, init, maximum_iterations=D)
-    # Back from (degree order, transposed) to [B, D] in the variables' order.
-    inverse_order = np.argsort(plan.var_at)
-    return (tf.gather(tf.transpose(x_t), inverse_order, axis=1),
-            tf.gather(tf.transpose(extra_t.stack()), inverse_order, axis=1))
+    return _in_variable_order(made, x_t, extra_t.stack())
 
 
 def _blocked_loop(made, emit, noise, conditional_input, weights):
@@ -416,11 +416,9 @@ def _blocked_loop(made, emit, noise, conditional_input, weights):
         #    recomputed, since every unit of the window below may have changed.
         values, extra_rows, windows = [], [], [None] * L
         for j in range(steps):
-            if L:
-                params = base_out[j * P : (j + 1) * P] + tf.matmul(out_block[j * P : (j + 1) * P], windows[-1]) \
-                    if j else base_out[:P]
-            else:
-                params = base_out[j * P : (j + 1) * P]
+            params = base_out[j * P : (j + 1) * P]
+            if L and j:  # at j = 0 the block has no final units yet
+                params += tf.matmul(out_block[j * P : (j + 1) * P], windows[-1])
             value, extra = emit(params, s + j, noise)
             values.append(value)
             extra_rows.append(extra)
