@@ -106,7 +106,8 @@ class MaskedDense(keras.layers.Layer):
     def call(self, inputs):
         outputs = tf.matmul(inputs, self.masked_kernel())
         if self.bias is not None:
-            outputs = outputs + self.bias
+            # BiasAdd (not AddV2), so that grappler fuses MatMul + BiasAdd (+ Relu).
+            outputs = tf.nn.bias_add(outputs, self.bias)
         return self.activation(outputs)
 
     def get_config(self):
