@@ -204,8 +204,9 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
     """Adam with the paper's step size for this model (1e-3 MADE / MADE MoG, 1e-4 flows).
 
     XLA by default: it fuses Keras 3's per-variable optimizer ops and the small
-    elementwise ops of the flows, 1.3x faster training at batch 100 and 1.9x at
-    batch 1,000 for config A of ``benchmarks/speed.py`` on CPU (last run);
+    elementwise ops of the flows: training 1.3x to 1.6x faster at batch 100 and
+    1.2x to 1.9x at batch 1,000 for config A of ``benchmarks/speed.py`` on CPU
+    (the last two runs);
     ``jit_compile=False`` turns it off.
 
     Called inside a `tf.distribute` strategy's scope with several replicas, it
