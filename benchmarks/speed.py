@@ -54,6 +54,10 @@ CONFIGS = {
 
 # ----------------------------------------------------------------------------- timing
 
+def _stats(times):
+    return {"median_s": float(np.median(times)), "min_s": float(min(times)), "max_s": float(max(times))}
+
+
 def timed(fn, repeats, setup=None):
     """Median, min and max seconds of ``fn()`` over ``repeats`` (after ``setup()``)."""
     times = []
@@ -62,7 +66,7 @@ def timed(fn, repeats, setup=None):
         start = time.perf_counter()
         fn(state) if setup else fn()
         times.append(time.perf_counter() - start)
-    return {"median_s": float(np.median(times)), "min_s": float(min(times)), "max_s": float(max(times))}
+    return _stats(times)
 
 
 def interleaved(fns, repeats):
@@ -78,8 +82,7 @@ def interleaved(fns, repeats):
             start = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - start)
-    return {k: {"median_s": float(np.median(t)), "min_s": float(min(t)), "max_s": float(max(t))}
-            for k, t in times.items()}
+    return {k: _stats(t) for k, t in times.items()}
 
 
 def _sync(out):
