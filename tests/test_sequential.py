@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -73,6 +75,32 @@ def _maf_forward_equals_the_plain_loop(config, mode):
     np.testing.assert_allclose(a1["fldj"], a2["fldj"], atol=1e-4)
     kw = {} if y is None else {"conditional_input": y}
     np.testing.assert_allclose(b.inverse(x1, **kw), u, atol=1e-4)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"D{c[0]}-{c[1]}-K{c[2]}-{c[4]}")
+@pytest.mark.parametrize("parts", [2, 3])
+def test_concurrent_parts_equal_the_plain_loop(config, parts, monkeypatch):
+    # Chunks of 8 rows: the batch of 32 goes in `parts` slices of whole chunks (with
+    # padding for 3), each run by its own compiled loop.
+    monkeypatch.setattr(sequential, "_chunk_size", lambda made, batch=None: 8)
+    monkeypatch.setattr(sequential, "_parts", lambda made, batch: parts)
+    _maf_forward_equals_the_plain_loop(config, "eager")
+    dist = MADEMoG(_made(config, num_components=3))
+    y = _y(config, 32)
+    kw = {} if y is None else {"conditional_input": y}
+    fast = dist.sample(32, seed=(5, 6), **kw)
+    monkeypatch.setattr(MADEMoG, "_mask_aware_sample", MADEMoG._plain_sample)
+    np.testing.assert_allclose(fast, dist.sample(32, seed=(5, 6), **kw), atol=1e-4)
+
+
+def test_parts_are_one_per_core_and_never_more_than_the_chunks():
+    made = MADE(43, [512, 512])
+    chunk = sequential._chunk_size(made)
+    assert sequential._parts(made, 1) == 1
+    assert sequential._parts(made, chunk) == 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert sequential._parts(made, 100 * chunk) == min(cores, 100)
+    assert 1 <= sequential._parts(made, None) <= cores
 
 
 def test_maf_forward_broadcasts_batch_shapes_with_y():
