@@ -25,6 +25,10 @@ layer at the block's start (`_blocked_loop`), and only the block's own rows are 
 Blocks pay where D is large against the hidden layers (MNIST-like MADEs: blocks of 16);
 small MADEs run step by step (`_block_steps`).
 
+An XLA loop runs on one core, so on a CPU the batch is cut into one slice per core and
+each slice's loop is its own call, independent of the others: TF's executor runs them
+at once (`_in_parts`).
+
 `sequential_pass` is shared by the Gaussian head (`MaskedAutoregressive` sampling) and the
 mixture head (`MADEMoG` sampling); ``emit`` turns the outputs of one variable into its value.
 """
