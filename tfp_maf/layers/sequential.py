@@ -153,8 +153,9 @@ def _parts(made, batch: int | None) -> int:
     """
     if tf.config.list_logical_devices("GPU"):
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    parts = max(1, min(cores or 1, tf.config.threading.get_inter_op_parallelism_threads() or cores or 1))
+    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) or 1
+    # No more parts than inter-op threads to run them (0: TF's default, one per core).
+    parts = min(cores, tf.config.threading.get_inter_op_parallelism_threads() or cores)
     if batch is not None:
         parts = min(parts, -(-int(batch) // _chunk_size(made, batch)))
     return parts
@@ -176,13 +177,17 @@ def _in_parts(made, loop, parts: int, noise, conditional_input, weights):
     pad = (per_part - batch % per_part) % per_part
 
     def split(t, axis):
-        paddings = [[0, 0]] * axis + [[0, pad]] + [[0, 0]] * (t.shape.rank - axis - 1)
-        return tf.split(tf.pad(t, paddings), parts, axis=axis)
+        return tf.split(_pad_axis(t, axis, pad), parts, axis=axis)
 
     noises = list(zip(*[split(t, 1) for t in flat]))
     ys = [None] * parts if conditional_input is None else split(conditional_input, 0)
     outs = [loop(tf.nest.pack_sequence_as(noise, list(n)), y, weights) for n, y in zip(noises, ys)]
     return tuple(tf.concat(o, axis=0)[:batch] for o in zip(*outs))
+
+
+def _pad_axis(t, axis: int, pad):
+    """``t`` with ``pad`` zeros appended along ``axis`` (the batch axis)."""
+    return tf.pad(t, [[0, 0]] * axis + [[0, pad]] + [[0, 0]] * (t.shape.rank - axis - 1))
 
 
 def _chunked_loop(made, emit, noise, conditional_input, weights):
@@ -195,8 +200,7 @@ def _chunked_loop(made, emit, noise, conditional_input, weights):
     pad = n_chunks * chunk - batch
 
     def split(t, axis):  # pad the batch axis, then chunks first: [n_chunks, ..., chunk, ...]
-        paddings = [[0, 0]] * axis + [[0, pad]] + [[0, 0]] * (t.shape.rank - axis - 1)
-        t = tf.pad(t, paddings)
+        t = _pad_axis(t, axis, pad)
         shape = tf.concat([tf.shape(t)[:axis], [n_chunks, chunk], tf.shape(t)[axis + 1 :]], 0)
         return tf.experimental.numpy.moveaxis(tf.reshape(t, shape), axis, 0)
 
