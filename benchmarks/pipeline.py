@@ -26,7 +26,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-
 from _common import run_info, save  # noqa: E402
 
 from keras_models import data, presets, training, zoo  # noqa: E402

@@ -38,7 +38,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
-
 from _common import run_info, save  # noqa: E402
 
 import keras_models as km  # noqa: E402

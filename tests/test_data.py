@@ -245,7 +245,7 @@ def test_mnist_dequantizes_one_grey_level_and_applies_the_logit(tmp_path):
     splits = data.load("mnist", tmp_path)
     assert splits.sizes == (30, 10, 10) and splits.logit_lambda == 1e-6
     rng = np.random.RandomState(42)  # one generator for train, validation, test in order
-    for x, (pixels, labels) in zip((splits.x_train, splits.x_val, splits.x_test), parts):
+    for x, (pixels, _) in zip((splits.x_train, splits.x_val, splits.x_test), parts):
         noise = ((_sigmoid(x) - 1e-6) / (1 - 2e-6) - pixels) * 256
         assert noise.min() >= -1e-3 and noise.max() < 1 + 1e-3
         np.testing.assert_allclose(noise, rng.rand(*pixels.shape), atol=2e-3)

@@ -9,10 +9,10 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tfp_maf import _checks
+from tfp_maf.bijectors._cache import GreedyGraphOnlyCache
 from tfp_maf.layers.made import MADE
 from tfp_maf.layers.sequential import sequential_pass
 from tfp_maf.math import soft_bound
-from tfp_maf.bijectors._cache import GreedyGraphOnlyCache
 
 tfb = tfp.bijectors
 

@@ -33,7 +33,6 @@ References:
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Sequence
 
 import keras
