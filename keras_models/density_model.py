@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import keras
 import numpy as np
 import tensorflow as tf
@@ -214,11 +212,10 @@ class DensityModel(keras.Model):
         if last not in steps:
             def step(c, yy, index):
                 dist = self.distribution(None if yy is None else yy[:1], training=False)
-                branches = [
-                    functools.partial(lambda b: b.inverse(c, **flow_kwargs(b, conditional_input=yy)), b)
-                    for b in dist.bijector.bijectors[:last]
-                ]
-                return tf.switch_case(index, branches)
+                def inverse(b):
+                    return lambda: b.inverse(c, **flow_kwargs(b, conditional_input=yy))
+
+                return tf.switch_case(index, [inverse(b) for b in dist.bijector.bijectors[:last]])
 
             steps[last] = tf.function(step, reduce_retracing=True)
         return steps[last]

@@ -153,7 +153,8 @@ def _parts(made, batch: int | None) -> int:
     """
     if tf.config.list_logical_devices("GPU"):
         return 1
-    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) or 1
+    # The cores this process may run on (a container or taskset may allow fewer than the machine has).
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     # No more parts than inter-op threads to run them (0: TF's default, one per core).
     parts = min(cores, tf.config.threading.get_inter_op_parallelism_threads() or cores)
     if batch is not None:
@@ -169,12 +170,12 @@ def _in_parts(made, loop, parts: int, noise, conditional_input, weights):
     zero-padded, the padding dropped), so that every call has one shape and XLA
     compiles the loop once.
     """
-    flat = tf.nest.flatten(noise)
     if parts == 1:
         return loop(noise, conditional_input, weights)
+    flat = tf.nest.flatten(noise)
     batch = tf.shape(flat[0])[1]
-    per_part = parts * _chunk_size(made)
-    pad = (per_part - batch % per_part) % per_part
+    unit = parts * _chunk_size(made)  # one chunk per part
+    pad = (unit - batch % unit) % unit
 
     def split(t, axis):
         return tf.split(_pad_axis(t, axis, pad), parts, axis=axis)
