@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -138,6 +140,41 @@ class DensityModel(keras.Model):
         return dist.sample(n, seed=seed, **self._log_prob_kwargs(dist, y, False))
 
     # -- training --------------------------------------------------------------
+
+    def fit(self, *args, **kwargs):
+        self._check_whole_executions(super().fit, args, kwargs, ("steps_per_epoch", "validation_steps"))
+        return super().fit(*args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        self._check_whole_executions(super().evaluate, args, kwargs, ("steps",))
+        return super().evaluate(*args, **kwargs)
+
+    def predict(self, *args, **kwargs):
+        self._check_whole_executions(super().predict, args, kwargs, ("steps",))
+        return super().predict(*args, **kwargs)
+
+    def _check_whole_executions(self, method, args, kwargs, names) -> None:
+        """Step counts must be whole multiples of ``steps_per_execution``.
+
+        Keras 3 runs its compiled loop ``steps_per_execution`` steps per call and
+        counts only whole calls: on a repeated dataset, ``fit(steps_per_epoch=25)``
+        with 10 steps per call trains 30 steps, and ``evaluate(steps=3)`` averages
+        10 batches (seen with Keras 3.15). `training.compile_as_paper` uses 10, so
+        such a count is an error here rather than silently more training.
+        """
+        per_call = int(getattr(self, "steps_per_execution", 1) or 1)
+        if per_call == 1:
+            return
+        given = inspect.signature(method).bind_partial(*args, **kwargs).arguments
+        for name in names:
+            steps = given.get(name)
+            if steps is not None and steps > 0 and steps % per_call:
+                raise ValueError(
+                    f"{self.name}: {name}={steps} is not a multiple of steps_per_execution="
+                    f"{per_call}; Keras would run {-(-steps // per_call) * per_call} steps. Pass a "
+                    f"multiple of {per_call}, or compile with steps_per_execution=1 "
+                    "(`compile_as_paper(model, name, steps_per_execution=1)`)."
+                )
 
     @property
     def metrics(self):

@@ -85,6 +85,32 @@ def test_jit_compile_trains_and_matches_the_graph_loss():
     assert model.evaluate(val, verbose=0) == pytest.approx(jit_loss, rel=1e-4)
 
 
+def test_step_counts_run_exactly_or_are_refused():
+    # Keras 3 runs whole executions of steps_per_execution (10 here) steps: a count
+    # that is not a multiple would silently train or evaluate more than was asked.
+    train = _figure1().pipelines(batch_size=100).train.repeat()
+    model = training.compile_as_paper(km.MAF(2, hidden_units=[8], num_layers=2, seed=0), "maf5",
+                                      jit_compile=False)
+    model.fit(train, steps_per_epoch=20, epochs=1, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 20
+    for call in (
+        lambda: model.fit(train, steps_per_epoch=25, epochs=1, verbose=0),
+        lambda: model.fit(train, epochs=1, steps_per_epoch=10, validation_data=train,
+                          validation_steps=3, verbose=0),
+        lambda: model.evaluate(train, steps=3, verbose=0),
+        lambda: model.predict(train, steps=3, verbose=0),
+    ):
+        with pytest.raises(ValueError, match=r"is not a multiple of steps_per_execution=10; "
+                                             r"Keras would run \d+ steps"):
+            call()
+    assert int(model.optimizer.iterations.numpy()) == 20  # nothing ran
+    # One step per execution: any count runs exactly.
+    model = training.compile_as_paper(km.MAF(2, hidden_units=[8], num_layers=2, seed=0), "maf5",
+                                      jit_compile=False, steps_per_execution=1)
+    model.fit(train, steps_per_epoch=3, epochs=1, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 3
+
+
 # --------------------------------------------------------------------------- command line
 
 def _write_mnist(root, n=(60, 20, 20)):
