@@ -56,7 +56,11 @@ def pipeline_rate(ds, steps, batch_size, repeats):
 
 def training_rate(model, ds, steps, batch_size, repeats):
     repeated = ds.repeat()
-    model.fit(repeated, steps_per_epoch=5, epochs=1, verbose=0)  # trace and warm up
+    # Keras 3 runs whole executions of steps_per_execution steps (the model refuses
+    # other counts): round up, so the rate divides by the steps that really ran.
+    per_call = model.steps_per_execution
+    steps = -(-steps // per_call) * per_call
+    model.fit(repeated, steps_per_epoch=per_call, epochs=1, verbose=0)  # trace and warm up
 
     def run():
         model.fit(repeated, steps_per_epoch=steps, epochs=1, verbose=0)

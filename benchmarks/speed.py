@@ -11,7 +11,8 @@ benchmark imports tf_keras for the peer only. The peer's batch norm drifts to Na
 size 1e-4 on N(0, I) within a few hundred steps, so it is rebuilt for every timed repeat.
 
 Measured (medians of --repeats, with min and max): training examples/s at batch 100 and
-1,000 (ours with jit_compile, the default, and without), log_prob throughput on --logprob-points points
+1,000 (ours with jit_compile, the default, and without, and the peer, in turn within each
+round; step counts are whole multiples of Keras' steps_per_execution), log_prob throughput on --logprob-points points
 in batches of 10,000, the time to draw 10,000 (A) and 1,000 (B) samples and, interleaved with it,
 the time of our log_prob on as many points, the machine's float32 matmul throughput and the
 share of it that our log_prob achieves, and sampling time against D for one MADE layer.
@@ -57,29 +58,27 @@ def _stats(times):
     return {"median_s": float(np.median(times)), "min_s": float(min(times)), "max_s": float(max(times))}
 
 
-def timed(fn, repeats, setup=None):
-    """Median, min and max seconds of ``fn()`` over ``repeats`` (after ``setup()``)."""
-    times = []
-    for _ in range(repeats):
-        state = setup() if setup else None
-        start = time.perf_counter()
-        fn(state) if setup else fn()
-        times.append(time.perf_counter() - start)
-    return _stats(times)
+def timed(fn, repeats):
+    """Median, min and max seconds of ``fn()`` over ``repeats``."""
+    return interleaved({"fn": fn}, repeats)["fn"]
 
 
 def interleaved(fns, repeats):
-    """``timed`` for several zero-argument ``fns``, run in turn within each round.
+    """``timed`` for several ``fns``, run in turn within each round.
 
     On a shared machine the speed drifts over minutes; running the contenders
     one after another in every round puts the same drift into each, so their
-    ratio holds where back-to-back blocks of repeats would not.
+    ratio holds where back-to-back blocks of repeats would not. A value of
+    ``fns`` is a zero-argument function, or a pair ``(setup, fn)``: ``fn(setup())``
+    is timed, ``setup()`` is not.
     """
     times = {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
+            setup, fn = fn if isinstance(fn, tuple) else (None, fn)
+            state = setup() if setup else None
             start = time.perf_counter()
-            fn()
+            fn(state) if setup else fn()
             times[k].append(time.perf_counter() - start)
     return {k: _stats(t) for k, t in times.items()}
 
@@ -90,9 +89,20 @@ def _sync(out):
 
 # ------------------------------------------------------------------------------- models
 
+#: `compile_as_paper`'s default. Keras 3 runs whole executions of this many steps, so
+#: every timed step count is a multiple of it (`_whole_executions`).
+STEPS_PER_EXECUTION = 10
+
+
 def ours(D, hidden, jit_compile=False):
     model = km.MAF(D, hidden_units=hidden, num_layers=5, seed=0)
-    return training.compile_as_paper(model, "maf5", jit_compile=jit_compile)
+    return training.compile_as_paper(model, "maf5", jit_compile=jit_compile,
+                                     steps_per_execution=STEPS_PER_EXECUTION)
+
+
+def _whole_executions(steps):
+    """``steps`` rounded up to a multiple of `STEPS_PER_EXECUTION`."""
+    return -(-steps // STEPS_PER_EXECUTION) * STEPS_PER_EXECUTION
 
 
 def peer(D, hidden):
@@ -125,20 +135,28 @@ def _data(D, n, seed=0):
 
 # --------------------------------------------------------------------------- measures
 
-def train_rate_ours(D, hidden, batch, steps, repeats, jit):
+def train_ours(D, hidden, batch, steps, jit):
+    """``(setup, run)``: a fresh compiled model, then ``steps`` steps of `fit`."""
     # The pipeline users train on: shuffled batches gathered from an in-memory array.
     ds = data.array_dataset(_data(D, batch * steps).numpy(), batch_size=batch, shuffle=True, seed=0).repeat()
 
     def setup():
         model = ours(D, hidden, jit)
-        model.fit(ds, steps_per_epoch=2, epochs=1, verbose=0)  # trace / compile
+        model.fit(ds, steps_per_epoch=STEPS_PER_EXECUTION, epochs=1, verbose=0)  # trace / compile
         return model
 
-    t = timed(lambda m: m.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0), repeats, setup)
-    return {**t, "examples_per_s": batch * steps / t["median_s"]}
+    def run(model):
+        before = int(model.optimizer.iterations.numpy())
+        model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0)
+        ran = int(model.optimizer.iterations.numpy()) - before
+        if ran != steps:  # the rate below divides by steps
+            raise RuntimeError(f"fit ran {ran} steps, {steps} were timed")
+
+    return setup, run
 
 
-def train_rate_peer(D, hidden, batch, steps, repeats):
+def train_peer(D, hidden, batch, steps):
+    """``(setup, run)``: a fresh flow (its batch norm drifts to NaN), then ``steps`` steps."""
     x = _data(D, batch)
 
     def setup():
@@ -151,8 +169,15 @@ def train_rate_peer(D, hidden, batch, steps, repeats):
             loss = step(x)
         _sync(loss)
 
-    t = timed(run, repeats, setup)
-    return {**t, "examples_per_s": batch * steps / t["median_s"]}
+    return setup, run
+
+
+def train_rates(D, hidden, batch, steps, repeats):
+    """Examples/s of ours (jit_compile on, the default, and off) and of the peer, interleaved."""
+    out = interleaved({"ours": train_ours(D, hidden, batch, steps, jit=True),
+                       "ours_no_jit": train_ours(D, hidden, batch, steps, jit=False),
+                       "tfp": train_peer(D, hidden, batch, steps)}, repeats)
+    return {k: {**t, "steps": steps, "examples_per_s": batch * steps / t["median_s"]} for k, t in out.items()}
 
 
 def log_prob_fns(D, hidden):
@@ -248,12 +273,8 @@ def run_config(name, cfg, args):
     out = {"config": name, "D": D, "hidden": hidden, "layers": 5}
     steps = {100: args.steps_100, 1000: args.steps_1000}
     for batch in (100, 1000):
-        s = steps[batch] if name == "A" else max(2, steps[batch] // 4)
-        out[f"train_b{batch}"] = {
-            "ours": train_rate_ours(D, hidden, batch, s, args.repeats, jit=True),  # the default
-            "ours_no_jit": train_rate_ours(D, hidden, batch, s, args.repeats, jit=False),
-            "tfp": train_rate_peer(D, hidden, batch, s, args.repeats),
-        }
+        s = _whole_executions(steps[batch] if name == "A" else max(2, steps[batch] // 4))
+        out[f"train_b{batch}"] = train_rates(D, hidden, batch, s, args.repeats)
         print(f"  {name} train b{batch}: " + ", ".join(
             f"{k} {v['examples_per_s']:.0f}/s" for k, v in out[f"train_b{batch}"].items()), flush=True)
 
