@@ -23,7 +23,7 @@ each of at least 5 rounds, so a neighbour's load on a shared machine falls on al
 them alike; the share of matmul is taken against the matmul of those same rounds.
 Writes benchmarks/results/speed.json and speed.md.
 
-    python benchmarks/speed.py               # the full run (about an hour on 2 cores)
+    python benchmarks/speed.py               # the full run (about 25 minutes on 2 cores)
     python benchmarks/speed.py --quick       # fewer steps and repeats, a smoke run
 """
 

@@ -209,6 +209,11 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
     (the last two runs);
     ``jit_compile=False`` turns it off.
 
+    ``steps_per_execution`` steps run per call into the compiled loop, and Keras 3
+    only runs whole calls: the model then refuses a ``steps_per_epoch``,
+    ``validation_steps`` or ``steps`` that is not a multiple of it (Keras would
+    silently run more). Pass ``steps_per_execution=1`` for any count.
+
     Called inside a `tf.distribute` strategy's scope with several replicas, it
     compiles without XLA and one step per call: TensorFlow cannot XLA-compile a
     step whose variables are mirrored on other devices, and Keras' multi-step loop
