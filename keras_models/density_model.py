@@ -158,9 +158,10 @@ class DensityModel(keras.Model):
 
         Keras 3 runs its compiled loop ``steps_per_execution`` steps per call and
         counts only whole calls: on a repeated dataset, ``fit(steps_per_epoch=25)``
-        with 10 steps per call trains 30 steps, and ``evaluate(steps=3)`` averages
-        10 batches (seen with Keras 3.15). `training.compile_as_paper` uses 10, so
-        such a count is an error here rather than silently more training.
+        with 10 steps per call trains 30 steps, ``evaluate(steps=3)`` averages 10
+        batches and ``predict(steps=3)`` returns 10 (seen with Keras 3.15).
+        `training.compile_as_paper` uses 10, so such a count is an error here
+        rather than silently more work than was asked.
         """
         per_call = int(getattr(self, "steps_per_execution", 1) or 1)
         if per_call == 1:
