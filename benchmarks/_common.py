@@ -24,6 +24,12 @@ def run_info(script: str, argv) -> dict:
     }
 
 
+def whole_executions(steps: int, per_call: int) -> int:
+    """``steps`` rounded up to a multiple of ``per_call``, Keras' ``steps_per_execution``:
+    Keras 3 runs whole executions, and the models refuse any other count."""
+    return -(-steps // per_call) * per_call
+
+
 def save(path, result: dict, markdown: str | None = None) -> None:
     """Writes ``result`` as JSON (and ``markdown`` beside it, as .md)."""
     path = Path(path)

@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _common import run_info, save  # noqa: E402
+from _common import run_info, save, whole_executions  # noqa: E402
 
 from keras_models import data, presets, training, zoo  # noqa: E402
 
@@ -56,10 +56,8 @@ def pipeline_rate(ds, steps, batch_size, repeats):
 
 def training_rate(model, ds, steps, batch_size, repeats):
     repeated = ds.repeat()
-    # Keras 3 runs whole executions of steps_per_execution steps (the model refuses
-    # other counts): round up, so the rate divides by the steps that really ran.
     per_call = model.steps_per_execution
-    steps = -(-steps // per_call) * per_call
+    steps = whole_executions(steps, per_call)  # the rate divides by the steps that really ran
     model.fit(repeated, steps_per_epoch=per_call, epochs=1, verbose=0)  # trace and warm up
 
     def run():

@@ -12,10 +12,11 @@ size 1e-4 on N(0, I) within a few hundred steps, so it is rebuilt for every time
 
 Measured (medians of --repeats, with min and max): training examples/s at batch 100 and
 1,000 (ours with jit_compile, the default, and without, and the peer, in turn within each
-round; step counts are whole multiples of Keras' steps_per_execution), log_prob throughput on --logprob-points points
-in batches of 10,000, the time to draw 10,000 (A) and 1,000 (B) samples and, interleaved with it,
-the time of our log_prob on as many points, the machine's float32 matmul throughput and the
-share of it that our log_prob achieves, and sampling time against D for one MADE layer.
+round; step counts are whole multiples of Keras' steps_per_execution), log_prob throughput
+on --logprob-points points in batches of 10,000, the time to draw 10,000 (A) and 1,000 (B)
+samples and, interleaved with it, the time of our log_prob on as many points, the machine's
+float32 matmul throughput and the share of it that our log_prob achieves, and sampling time
+against D for one MADE layer.
 
 The log_prob contenders (ours with and without jit_compile, TFP's log_prob, and TFP's
 inverse alone, which is one pass per MADE) and a 2048 x 2048 matmul run in turn within
@@ -39,7 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
-from _common import run_info, save  # noqa: E402
+from _common import run_info, save, whole_executions  # noqa: E402
 
 import keras_models as km  # noqa: E402
 from keras_models import data, training  # noqa: E402
@@ -90,7 +91,7 @@ def _sync(out):
 # ------------------------------------------------------------------------------- models
 
 #: `compile_as_paper`'s default. Keras 3 runs whole executions of this many steps, so
-#: every timed step count is a multiple of it (`_whole_executions`).
+#: every timed step count is a multiple of it (`whole_executions`).
 STEPS_PER_EXECUTION = 10
 
 
@@ -98,11 +99,6 @@ def ours(D, hidden, jit_compile=False):
     model = km.MAF(D, hidden_units=hidden, num_layers=5, seed=0)
     return training.compile_as_paper(model, "maf5", jit_compile=jit_compile,
                                      steps_per_execution=STEPS_PER_EXECUTION)
-
-
-def _whole_executions(steps):
-    """``steps`` rounded up to a multiple of `STEPS_PER_EXECUTION`."""
-    return -(-steps // STEPS_PER_EXECUTION) * STEPS_PER_EXECUTION
 
 
 def peer(D, hidden):
@@ -273,7 +269,7 @@ def run_config(name, cfg, args):
     out = {"config": name, "D": D, "hidden": hidden, "layers": 5}
     steps = {100: args.steps_100, 1000: args.steps_1000}
     for batch in (100, 1000):
-        s = _whole_executions(steps[batch] if name == "A" else max(2, steps[batch] // 4))
+        s = whole_executions(steps[batch] if name == "A" else max(2, steps[batch] // 4), STEPS_PER_EXECUTION)
         out[f"train_b{batch}"] = train_rates(D, hidden, batch, s, args.repeats)
         print(f"  {name} train b{batch}: " + ", ".join(
             f"{k} {v['examples_per_s']:.0f}/s" for k, v in out[f"train_b{batch}"].items()), flush=True)
