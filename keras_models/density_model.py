@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from tfp_maf import ExpGammaBatchNorm, ExpGammaBatchNormalization, flow_kwargs
+from tfp_maf import ExpGammaBatchNorm, ExpGammaBatchNormalization, apply_masks, flow_kwargs
 
 tfd = tfp.distributions
 
@@ -138,6 +138,10 @@ class DensityModel(keras.Model):
         y = self._check_y(y)
         dist = self.distribution(y, training=False)
         return dist.sample(n, seed=seed, **self._log_prob_kwargs(dist, y, False))
+
+    def set_weights(self, weights):
+        super().set_weights(weights)
+        apply_masks(self)  # MADE kernels hold zeros outside their masks (`tfp_maf.MaskedDense`)
 
     # -- training --------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tfp_maf
 from tfp_maf import MADE, MaskedDense
 from tfp_maf.testing import randomize_weights
 
@@ -122,3 +123,63 @@ def test_float64_layer():
     made = MADE(3, [4], dtype="float64")
     out = made(np.zeros((2, 3)))
     assert out[0].dtype == tf.float64
+
+
+def _outside_mask(made):
+    """The largest |kernel entry| outside the masks, over the MADE's masked layers."""
+    return max(
+        float(np.abs(layer.kernel.numpy() * (1 - layer.mask)).max())
+        for layer in made.hidden_layers + [made.output_layer]
+    )
+
+
+class _MovesEveryEntry(keras.optimizers.SGD):
+    """An optimizer whose step writes every kernel entry, as entry-mixing ones do."""
+
+    def update_step(self, gradient, variable, learning_rate):
+        variable.assign_add(keras.ops.ones_like(variable))
+
+
+@pytest.mark.parametrize("make_optimizer", [lambda: keras.optimizers.Adam(0.05), _MovesEveryEntry], ids=["adam", "mixing"])
+def test_kernels_keep_zeros_outside_their_masks_through_training(make_optimizer):
+    optimizer = make_optimizer()
+    # The forward pass reads the kernels as they are (no mask product per call),
+    # so the zeros must come from the initializer and survive every step.
+    made = MADE(4, [16, 16], num_components=2, conditional_dims=2, seed=0)
+    assert _outside_mask(made) == 0.0
+    x, y = tf.random.normal([64, 4], seed=1), tf.random.normal([64, 2], seed=2)
+    for _ in range(3):
+        with tf.GradientTape() as tape:
+            loss = sum(tf.reduce_mean(p**2) for p in made(x, conditional_input=y))
+        grads = tape.gradient(loss, made.trainable_variables)
+        by_variable = {id(v): g for v, g in zip(made.trainable_variables, grads)}
+        for layer in made.hidden_layers + [made.output_layer]:
+            grad = by_variable[id(layer.kernel)].numpy()
+            assert np.abs(grad).max() > 0
+            np.testing.assert_array_equal(grad * (1 - layer.mask), 0.0)  # masked gradient
+        optimizer.apply(grads, made.trainable_variables)
+    assert _outside_mask(made) == 0.0
+    assert np.abs(made.hidden_layers[0].kernel.numpy()).max() > 0.1  # it did train
+
+
+def test_weights_written_with_entries_outside_the_masks_give_the_masked_network():
+    made = MADE(3, [8, 8], seed=0)
+    randomize_weights(made, 3)
+    x = tf.random.normal([5, 3], seed=1)
+    expected = made(x)
+    # A kernel with entries outside its mask: what files saved before the
+    # kernels held the zeros contain, and what a direct assign can write.
+    for layer in made.hidden_layers + [made.output_layer]:
+        layer.kernel.assign(layer.kernel + 5.0 * (1 - layer.mask))
+    raw = made.get_weights()
+    assert _outside_mask(made) == 5.0
+    clone = MADE(3, [8, 8], seed=0)
+    clone.set_weights(raw)  # MADE.set_weights
+    for a, b in zip(clone(x), expected):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    layer = MaskedDense(8, made.hidden_layers[0].mask)
+    layer.set_weights(made.hidden_layers[0].get_weights())  # MaskedDense.set_weights
+    np.testing.assert_array_equal(layer.kernel.numpy(), made.hidden_layers[0].kernel.numpy() * layer.mask)
+    tfp_maf.apply_masks(made)  # after a direct assign
+    for a, b in zip(made(x), expected):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)

@@ -8,7 +8,7 @@ Every public symbol, and where it lives:
 | `AffineCoupling`, `coupling_partition` | `tfp_maf.bijectors.affine_coupling` |
 | `ExpGammaBatchNorm`, `batch_moments` | `tfp_maf.bijectors.exp_gamma_batch_norm` |
 | `MADEMoG` | `tfp_maf.distributions.made_mog` |
-| `MADE`, `MaskedDense` | `tfp_maf.layers.made` |
+| `MADE`, `MaskedDense`, `apply_masks` | `tfp_maf.layers.made` |
 | `CouplingNetworks` | `tfp_maf.layers.coupling` |
 | `ExpGammaBatchNormalization` | `tfp_maf.layers.batch_norm` |
 | `flow_kwargs` | `tfp_maf.kwargs` |
@@ -25,7 +25,13 @@ from tfp_maf.bijectors import (
 )
 from tfp_maf.distributions import MADEMoG
 from tfp_maf.kwargs import flow_kwargs
-from tfp_maf.layers import MADE, CouplingNetworks, ExpGammaBatchNormalization, MaskedDense
+from tfp_maf.layers import (
+    MADE,
+    CouplingNetworks,
+    ExpGammaBatchNormalization,
+    MaskedDense,
+    apply_masks,
+)
 
 __version__ = "0.1.0"
 
@@ -38,6 +44,7 @@ __all__ = [
     "MADEMoG",
     "MaskedAutoregressive",
     "MaskedDense",
+    "apply_masks",
     "batch_moments",
     "bijectors",
     "coupling_partition",

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from tfp_maf.layers.made import apply_masks
+
 __all__ = [
     "assert_ldj_matches_autodiff",
     "assert_pairs_close",
@@ -24,12 +26,15 @@ def randomize_weights(layer, seed: int = 0, scale: float = 0.3) -> None:
     """Sets every weight of a Keras layer to N(0, scale^2) draws.
 
     Our layers start as the identity (zero output kernels, batch norm at
-    zero); checks of log-dets and structure need a non-trivial map.
+    zero); checks of log-dets and structure need a non-trivial map. MADE
+    kernels are then masked again (`tfp_maf.apply_masks`), as any direct
+    write of them must be.
     """
     rng = np.random.RandomState(seed)
     for w in layer.weights:
         if w.trainable:
             w.assign(scale * rng.standard_normal(tuple(w.shape)).astype(w.dtype))
+    apply_masks(layer)
 
 
 def jacobian_log_det(fn, x: tf.Tensor) -> tf.Tensor:

@@ -42,16 +42,80 @@ import tensorflow as tf
 from tfp_maf import _checks, masks
 from tfp_maf.layers.sequential import SequentialPlan
 
-__all__ = ["MADE", "MaskedDense"]
+__all__ = ["MADE", "MaskedDense", "apply_masks", "masked_gradient"]
+
+
+@tf.custom_gradient
+def masked_gradient(kernel, mask):
+    """``kernel`` forward; ``upstream * mask`` backward.
+
+    Where ``kernel`` is already zero outside ``mask`` this is ``kernel * mask``
+    with its exact gradient, without the product in the forward pass.
+    """
+
+    def grad(upstream):
+        return upstream * mask, None
+
+    return tf.identity(kernel), grad
+
+
+class _MaskedInitializer(keras.initializers.Initializer):
+    """``initializer(shape) * mask``: the same effective weights as masking each call."""
+
+    def __init__(self, initializer, mask):
+        self.initializer, self.mask = initializer, mask
+
+    def __call__(self, shape, dtype=None):
+        return self.initializer(shape, dtype=dtype) * self.mask.astype(dtype or "float32")
+
+
+class _MaskConstraint(keras.constraints.Constraint):
+    """Projects a kernel onto its mask; Keras applies it after every optimizer step."""
+
+    def __init__(self, mask):
+        self.mask = mask
+
+    def __call__(self, w):
+        return w * keras.ops.cast(self.mask, w.dtype)
+
+
+def apply_masks(layer) -> None:
+    """Zeros the kernel entries outside the mask in every `MaskedDense` of ``layer``.
+
+    Needed only after writing a kernel variable directly (``kernel.assign``);
+    training, `set_weights` and loading keep the zeros themselves.
+    """
+    for sublayer in layer._flatten_layers(include_self=True):
+        if isinstance(sublayer, MaskedDense):
+            sublayer.apply_mask()
 
 
 @keras.saving.register_keras_serializable(package="tfp_maf")
 class MaskedDense(keras.layers.Layer):
-    """Dense layer whose kernel is multiplied by a fixed binary mask.
+    """Dense layer whose kernel is zero wherever a fixed binary mask is.
 
     ``outputs = activation(inputs @ (kernel * mask) + bias)``. The mask is a
     constant of the layer, not a weight: the autoregressive structure must
     never be trained away.
+
+    The kernel variable itself holds ``kernel * mask``, so a call reads it as
+    is instead of multiplying by the mask again: that product on every call was
+    a third of the time of a small-batch ``log_prob`` of a MAF (5) of
+    2 x 512 units, and 5% of it at 10,000 rows. The zeros are kept by every path
+    that writes the kernel:
+
+    - the initializer draws ``initializer(shape) * mask``;
+    - the gradient of a call is masked (`masked_gradient`), so no optimizer
+      state sees the entries outside the mask, and a constraint projects the
+      kernel back onto the mask after every optimizer step, for optimizers
+      that mix entries;
+    - `set_weights` (here, on `MADE` and on the `keras_models` models) and
+      loading (`.keras`, `.weights.h5`) project what they write, so files
+      saved before the kernel held the zeros load as the same network.
+
+    Assigning the variable directly (``layer.kernel.assign(w)``) writes ``w``
+    as given: follow it with `apply_masks`. (TFP's own MADE makes the same
+    contract, with a masked initializer and constraint.)
 
     Args:
       units: number of outputs.
@@ -89,8 +153,9 @@ class MaskedDense(keras.layers.Layer):
         self.kernel = self.add_weight(
             name="kernel",
             shape=(fan_in, self.units),
-            initializer=self.kernel_initializer,
+            initializer=_MaskedInitializer(self.kernel_initializer, self.mask),
             regularizer=self.kernel_regularizer,
+            constraint=_MaskConstraint(self.mask),
         )
         self.bias = (
             self.add_weight(name="bias", shape=(self.units,), initializer=self.bias_initializer)
@@ -100,7 +165,21 @@ class MaskedDense(keras.layers.Layer):
         self.built = True
 
     def masked_kernel(self) -> tf.Tensor:
-        return self.kernel * tf.constant(self.mask, dtype=self.kernel.dtype)
+        """The kernel, which holds zeros outside the mask, with its gradient masked."""
+        kernel = tf.convert_to_tensor(self.kernel)
+        return masked_gradient(kernel, tf.constant(self.mask, dtype=kernel.dtype))
+
+    def apply_mask(self) -> None:
+        """Sets the kernel's entries outside the mask to zero (after a direct assign)."""
+        self.kernel.assign(self.kernel * self.mask.astype(self.kernel.dtype))
+
+    def set_weights(self, weights):
+        super().set_weights(weights)
+        self.apply_mask()
+
+    def load_own_variables(self, store):
+        super().load_own_variables(store)
+        self.apply_mask()
 
     def call(self, inputs):
         outputs = tf.matmul(inputs, self.masked_kernel())
@@ -236,6 +315,10 @@ class MADE(keras.layers.Layer):
                 for i, w in enumerate(widths)
             ]
         self.built = True
+
+    def set_weights(self, weights):
+        super().set_weights(weights)
+        apply_masks(self)  # the kernels hold zeros outside their masks (`MaskedDense`)
 
     @functools.cached_property
     def sequential_plan(self) -> SequentialPlan:
