@@ -92,7 +92,7 @@ def apply_masks(layer) -> None:
 
 @keras.saving.register_keras_serializable(package="tfp_maf")
 class MaskedDense(keras.layers.Layer):
-    """Dense layer whose kernel is zero wherever a fixed binary mask is.
+    """Dense layer whose kernel is zero outside a fixed binary mask.
 
     ``outputs = activation(inputs @ (kernel * mask) + bias)``. The mask is a
     constant of the layer, not a weight: the autoregressive structure must
