@@ -59,24 +59,27 @@ def masked_gradient(kernel, mask):
     return tf.identity(kernel), grad
 
 
-class _MaskedInitializer(keras.initializers.Initializer):
-    """``initializer(shape) * mask``: the same effective weights as masking each call."""
-
-    def __init__(self, initializer, mask):
-        self.initializer, self.mask = initializer, mask
-
-    def __call__(self, shape, dtype=None):
-        return self.initializer(shape, dtype=dtype) * self.mask.astype(dtype or "float32")
-
-
 class _MaskConstraint(keras.constraints.Constraint):
-    """Projects a kernel onto its mask; Keras applies it after every optimizer step."""
+    """Projects a kernel onto its mask: the one projection behind the initializer,
+    the step after every optimizer update (Keras applies constraints there) and
+    `MaskedDense.apply_mask`."""
 
     def __init__(self, mask):
         self.mask = mask
 
     def __call__(self, w):
         return w * keras.ops.cast(self.mask, w.dtype)
+
+
+class _MaskedInitializer(keras.initializers.Initializer):
+    """``initializer(shape)`` projected onto the mask: the same effective weights as
+    masking on each call."""
+
+    def __init__(self, initializer, projection: _MaskConstraint):
+        self.initializer, self.projection = initializer, projection
+
+    def __call__(self, shape, dtype=None):
+        return self.projection(self.initializer(shape, dtype=dtype))
 
 
 def apply_masks(layer) -> None:
@@ -150,12 +153,13 @@ class MaskedDense(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         fan_in = self.mask.shape[0]
+        projection = _MaskConstraint(self.mask)
         self.kernel = self.add_weight(
             name="kernel",
             shape=(fan_in, self.units),
-            initializer=_MaskedInitializer(self.kernel_initializer, self.mask),
+            initializer=_MaskedInitializer(self.kernel_initializer, projection),
             regularizer=self.kernel_regularizer,
-            constraint=_MaskConstraint(self.mask),
+            constraint=projection,
         )
         self.bias = (
             self.add_weight(name="bias", shape=(self.units,), initializer=self.bias_initializer)
@@ -171,7 +175,7 @@ class MaskedDense(keras.layers.Layer):
 
     def apply_mask(self) -> None:
         """Sets the kernel's entries outside the mask to zero (after a direct assign)."""
-        self.kernel.assign(self.kernel * self.mask.astype(self.kernel.dtype))
+        self.kernel.assign(self.kernel.constraint(self.kernel))
 
     def set_weights(self, weights):
         super().set_weights(weights)
