@@ -24,6 +24,28 @@ def run_info(script: str, argv) -> dict:
     }
 
 
+def host_cpu_times():
+    """``(steal, total)`` clock ticks of all CPUs since boot, from Linux's /proc/stat, or
+    None where there is none. On a virtual machine, steal is the time the host gave
+    this machine's virtual CPUs to other guests: the noise of a shared machine, which
+    a benchmark records beside the timings it hit."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 8:
+        return None
+    return fields[7], sum(fields)  # user nice system idle iowait irq softirq steal
+
+
+def steal_share(before, after):
+    """The share of CPU time stolen by the host between two `host_cpu_times` readings."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def whole_executions(steps: int, per_call: int) -> int:
     """``steps`` rounded up to a multiple of ``per_call``, Keras' ``steps_per_execution``:
     Keras 3 runs whole executions, and the models refuse any other count."""

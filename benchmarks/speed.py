@@ -10,7 +10,8 @@ trained by Adam in a `tf.function` GradientTape loop. Those are tf_keras layers:
 benchmark imports tf_keras for the peer only. The peer's batch norm drifts to NaN at step
 size 1e-4 on N(0, I) within a few hundred steps, so it is rebuilt for every timed repeat.
 
-Measured (medians of --repeats, with min and max): training examples/s at batch 100 and
+Measured (medians, with min and max, of --repeats, and of at least 5 rounds wherever
+contenders run interleaved): training examples/s at batch 100 and
 1,000 (ours with jit_compile, the default, and without, and the peer, in turn within each
 round; step counts are whole multiples of Keras' steps_per_execution), log_prob throughput
 on --logprob-points points in batches of 10,000, the time to draw 10,000 (A) and 1,000 (B)
@@ -22,9 +23,12 @@ The log_prob contenders (ours with and without jit_compile, TFP's log_prob, and 
 inverse alone, which is one pass per MADE) and a 2048 x 2048 matmul run in turn within
 each of at least 5 rounds, so a neighbour's load on a shared machine falls on all of
 them alike; the share of matmul is taken against the matmul of those same rounds.
+Every timed window also records the host's steal (the share of the CPUs' time the host
+gave to other guests), and the table prints it per row: a ratio read while the host
+stole a quarter of the machine says less than one read at 2%.
 Writes benchmarks/results/speed.json and speed.md.
 
-    python benchmarks/speed.py               # the full run (about 25 minutes on 2 cores)
+    python benchmarks/speed.py               # the full run (about 30 minutes on 2 cores)
     python benchmarks/speed.py --quick       # fewer steps and repeats, a smoke run
 """
 
@@ -40,7 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
-from _common import run_info, save, whole_executions  # noqa: E402
+from _common import host_cpu_times, run_info, save, steal_share, whole_executions  # noqa: E402
 
 import keras_models as km  # noqa: E402
 from keras_models import data, training  # noqa: E402
@@ -55,8 +59,13 @@ CONFIGS = {
 
 # ----------------------------------------------------------------------------- timing
 
-def _stats(times):
-    return {"median_s": float(np.median(times)), "min_s": float(min(times)), "max_s": float(max(times))}
+def _stats(times, steals):
+    out = {"median_s": float(np.median(times)), "min_s": float(min(times)), "max_s": float(max(times)),
+           "repeats": len(times)}
+    if all(s is not None for s in steals):
+        # The host's steal in each timed window: how much noise these timings took.
+        out["host_steal"] = [round(s, 4) for s in steals]
+    return out
 
 
 def timed(fn, repeats):
@@ -71,17 +80,25 @@ def interleaved(fns, repeats):
     one after another in every round puts the same drift into each, so their
     ratio holds where back-to-back blocks of repeats would not. A value of
     ``fns`` is a zero-argument function, or a pair ``(setup, fn)``: ``fn(setup())``
-    is timed, ``setup()`` is not.
+    is timed, ``setup()`` is not. Each contender's stats carry the host's steal
+    over its timed windows (`_common.host_cpu_times`), where the system reports it.
     """
-    times = {k: [] for k in fns}
+    times, steals = {k: [] for k in fns}, {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
             setup, fn = fn if isinstance(fn, tuple) else (None, fn)
             state = setup() if setup else None
-            start = time.perf_counter()
+            cpu, start = host_cpu_times(), time.perf_counter()
             fn(state) if setup else fn()
             times[k].append(time.perf_counter() - start)
-    return {k: _stats(t) for k, t in times.items()}
+            steals[k].append(steal_share(cpu, host_cpu_times()))
+    return {k: _stats(times[k], steals[k]) for k in fns}
+
+
+#: Every interleaved comparison runs at least this many rounds: the ratios are the
+#: figures most exposed to a neighbour's load on a shared 2-core machine, and with 3
+#: rounds one window the host stole from moves a median.
+MIN_ROUNDS = 5
 
 
 def _sync(out):
@@ -138,12 +155,13 @@ def train_ours(D, hidden, batch, steps, jit):
 
     def setup():
         model = ours(D, hidden, jit)
-        model.fit(ds, steps_per_epoch=STEPS_PER_EXECUTION, epochs=1, verbose=0)  # trace / compile
+        # shuffle=False: the pipeline shuffles (Keras would only warn that it ignores the flag).
+        model.fit(ds, steps_per_epoch=STEPS_PER_EXECUTION, epochs=1, verbose=0, shuffle=False)  # trace / compile
         return model
 
     def run(model):
         before = int(model.optimizer.iterations.numpy())
-        model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0)
+        model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
         ran = int(model.optimizer.iterations.numpy()) - before
         if ran != steps:  # the rate below divides by steps
             raise RuntimeError(f"fit ran {ran} steps, {steps} were timed")
@@ -236,7 +254,7 @@ def _matmul_run():
 
 
 def matmul_gflops(repeats):
-    t = timed(_matmul_run(), max(repeats, 5))
+    t = timed(_matmul_run(), max(repeats, MIN_ROUNDS))
     return MATMUL_FLOPS / t["median_s"] / 1e9
 
 
@@ -270,17 +288,14 @@ def run_config(name, cfg, args):
     steps = {100: args.steps_100, 1000: args.steps_1000}
     for batch in (100, 1000):
         s = whole_executions(steps[batch] if name == "A" else max(2, steps[batch] // 4), STEPS_PER_EXECUTION)
-        out[f"train_b{batch}"] = train_rates(D, hidden, batch, s, args.repeats)
+        out[f"train_b{batch}"] = train_rates(D, hidden, batch, s, max(args.repeats, MIN_ROUNDS))
         print(f"  {name} train b{batch}: " + ", ".join(
             f"{k} {v['examples_per_s']:.0f}/s" for k, v in out[f"train_b{batch}"].items()), flush=True)
 
     model, flow, lp = log_prob_fns(D, hidden)
     points = _data(D, args.logprob_points if name == "A" else args.logprob_points // 10, seed=3)
     out["log_prob_points"] = int(points.shape[0])
-    # At least 5 interleaved rounds: the log_prob ratio is the figure most
-    # exposed to a neighbour's load on a shared 2-core machine.
-    lp_repeats = max(args.repeats, 5)
-    timings = log_prob_time(lp, points, lp_repeats)
+    timings = log_prob_time(lp, points, max(args.repeats, MIN_ROUNDS))
     out["log_prob_matmul"] = timings.pop("matmul")
     out["log_prob"] = timings
     for t in out["log_prob"].values():
@@ -290,15 +305,14 @@ def run_config(name, cfg, args):
     print(f"  {name} log_prob: " + ", ".join(
         f"{k} {v['points_per_s']:.0f}/s" for k, v in out["log_prob"].items()), flush=True)
 
-    # Our sampling and our log_prob on as many points, interleaved (at least 5
-    # rounds): their ratio is a target, and back to back a neighbour's load can
-    # fall on one of them only.
+    # Our sampling and our log_prob on as many points, interleaved: their ratio
+    # is a target, and back to back a neighbour's load can fall on one of them only.
     sample_ours = tf.function(lambda n: model.sample(n, seed=1))
     sample_run = lambda: _sync(sample_ours(n_samples))  # noqa: E731
     sample_run()  # trace and compile
     pair = interleaved({"sample": sample_run,
                         "log_prob": _batches(lp["ours"], _data(D, n_samples, seed=4), n_samples)},
-                       max(args.repeats, 5))
+                       max(args.repeats, MIN_ROUNDS))
     out["log_prob_on_sample_size"] = {"ours": pair["log_prob"]}
     sample_peer = tf.function(lambda n: flow.sample(n, seed=1))
     out["samples"] = n_samples
@@ -326,36 +340,48 @@ def ratios(r):
     }
 
 
+def _steal(*stats) -> str:
+    """The host's steal over the timed windows of ``stats``, pooled: median (max)."""
+    shares = [v for t in stats for v in t.get("host_steal", [])]
+    return f"{100 * np.median(shares):.0f}% ({100 * max(shares):.0f}%)" if shares else "n/a"
+
+
 def markdown(result):
     lines = [f"# benchmarks/speed.py ({result['machine']}, TF {result['tensorflow']})", "",
              f"Command: `{result['command']}`. Float32 matmul throughput: {result['matmul_gflops']:.1f} GFLOP/s.", "",
-             "| config | measure | tfp-maf | tfp-maf, jit flipped | TFP | ratio |", "|---|---|---|---|---|---|"]
+             "| config | measure | tfp-maf | tfp-maf, jit flipped | TFP | ratio | host steal |",
+             "|---|---|---|---|---|---|---|"]
     for r in result["configs"]:
         c, q = r["config"], r["ratios"]
         for b in (100, 1000):
             t = r[f"train_b{b}"]
             lines.append(f"| {c} | training, batch {b} (examples/s) | {t['ours']['examples_per_s']:.0f} | "
                          f"{t['ours_no_jit']['examples_per_s']:.0f} | {t['tfp']['examples_per_s']:.0f} | "
-                         f"{q[f'train_b{b}_speedup']:.2f}x ({q[f'train_b{b}_speedup_no_jit']:.2f}x no jit) |")
+                         f"{q[f'train_b{b}_speedup']:.2f}x ({q[f'train_b{b}_speedup_no_jit']:.2f}x no jit) | "
+                         f"{_steal(*t.values())} |")
         lp = r["log_prob"]
         lines.append(f"| {c} | log_prob on {r['log_prob_points']:,} points (points/s) | {lp['ours']['points_per_s']:.0f} | "
                      f"{lp['ours_jit']['points_per_s']:.0f} | {lp['tfp']['points_per_s']:.0f} | "
                      f"{q['log_prob_speedup']:.2f}x ({q['log_prob_speedup_jit']:.2f}x jit); "
-                     f"{100 * q['log_prob_share_of_matmul']:.0f}% of matmul at {r['log_prob_matmul']['gflops']:.0f} GFLOP/s |")
+                     f"{100 * q['log_prob_share_of_matmul']:.0f}% of matmul at {r['log_prob_matmul']['gflops']:.0f} GFLOP/s | "
+                     f"{_steal(*lp.values(), r['log_prob_matmul'])} |")
         lines.append(f"| {c} | TFP's inverse alone, one pass per MADE (points/s) | | | "
-                     f"{lp['tfp_inverse_only']['points_per_s']:.0f} | {q['log_prob_over_tfp_inverse_only']:.2f}x |")
+                     f"{lp['tfp_inverse_only']['points_per_s']:.0f} | {q['log_prob_over_tfp_inverse_only']:.2f}x | "
+                     f"{_steal(lp['tfp_inverse_only'])} |")
         sm = r["sample"]
         lines.append(f"| {c} | {r['samples']:,} samples (s) | {sm['ours']['median_s']:.3f} | | {sm['tfp']['median_s']:.3f} | "
-                     f"{q['sample_speedup']:.1f}x; {q['sample_over_log_prob_same_n']:.1f}x our log_prob on {r['samples']:,} |")
+                     f"{q['sample_speedup']:.1f}x; {q['sample_over_log_prob_same_n']:.1f}x our log_prob on {r['samples']:,} | "
+                     f"{_steal(*sm.values(), *r['log_prob_on_sample_size'].values())} |")
     lines += ["", "tfp-maf is the default path: `fit` after `compile_as_paper` (jit_compile=True), "
               "`model.log_prob` in a plain `tf.function`, `model.sample`. The next column flips jit_compile. "
               "The log_prob rows ran interleaved, round by round, with the matmul they are a share of; "
-              "our sampling ran interleaved with our log_prob on as many points.",
+              "our sampling ran interleaved with our log_prob on as many points. Host steal: the share of the "
+              "CPUs' time the host gave to other guests during the row's timed windows, median (max).",
               "", "Sampling time against D (one MADE, 1 x 1024, n samples):", "",
-              "| D | tfp-maf (s) | TFP (s) | ratio |", "|---|---|---|---|"]
+              "| D | tfp-maf (s) | TFP (s) | ratio | host steal |", "|---|---|---|---|---|"]
     for r in result["sampling_vs_d"]:
         lines.append(f"| {r['D']} | {r['ours']['median_s']:.4f} | {r['tfp']['median_s']:.3f} | "
-                     f"{r['tfp']['median_s'] / r['ours']['median_s']:.1f}x |")
+                     f"{r['tfp']['median_s'] / r['ours']['median_s']:.1f}x | {_steal(r['ours'], r['tfp'])} |")
     return "\n".join(lines) + "\n"
 
 
