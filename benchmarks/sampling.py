@@ -66,7 +66,8 @@ def main(argv=None):
     parser.add_argument("--out", default=str(HERE / "results" / "sampling.json"))
     args = parser.parse_args(argv)
     rows = [measure(D, args.hidden, args.n, args.repeats, args.plain_limit) for D in (8, 43, 63, 784)]
-    print(f"{'D':>4} {'log_prob s':>11} {'mask-aware s':>13} {'plain s':>9} {'plain/mask-aware':>17} {'mask-aware/log_prob':>20}")
+    print(f"{'D':>4} {'log_prob s':>11} {'mask-aware s':>13} {'plain s':>9} "
+          f"{'plain/mask-aware':>17} {'mask-aware/log_prob':>20}")
     for r in rows:
         lp, fast = r["log_prob"]["median_s"], r["mask_aware_sample"]["median_s"]
         plain = r.get("plain_sample", {}).get("median_s")

@@ -136,7 +136,7 @@ def peer(D, hidden):
         with tf.GradientTape() as tape:
             loss = -tf.reduce_mean(flow.log_prob(x))
         variables = flow.trainable_variables
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         return loss
 
     return flow, step
@@ -260,7 +260,7 @@ def matmul_gflops(repeats):
 
 def made_flops_per_example(D, hidden, layers=5):
     widths = [D, *hidden, 2 * D]
-    return layers * sum(2 * a * b for a, b in zip(widths[:-1], widths[1:]))
+    return layers * sum(2 * a * b for a, b in zip(widths[:-1], widths[1:], strict=True))
 
 
 def sampling_vs_d(hidden, n, repeats, peer_repeats):
@@ -269,14 +269,16 @@ def sampling_vs_d(hidden, n, repeats, peer_repeats):
         made = km.MADE(D, hidden_units=hidden, seed=0)
         ours_fn = tf.function(lambda n, m=made: m.sample(n, seed=1))
         net = tfb.AutoregressiveNetwork(params=2, hidden_units=hidden, activation="relu", event_shape=[D])
-        theirs = tfd.TransformedDistribution(tfd.MultivariateNormalDiag(loc=tf.zeros(D)), tfb.MaskedAutoregressiveFlow(net))
+        theirs = tfd.TransformedDistribution(tfd.MultivariateNormalDiag(loc=tf.zeros(D)),
+                                             tfb.MaskedAutoregressiveFlow(net))
         peer_fn = tf.function(lambda n, d=theirs: d.sample(n, seed=1))
         rows.append({
             "D": D, "n": n,
             "ours": sample_time(ours_fn, n, repeats),
             "tfp": sample_time(peer_fn, n, peer_repeats),
         })
-        print(f"  sampling vs D: D={D} ours {rows[-1]['ours']['median_s']:.3f}s tfp {rows[-1]['tfp']['median_s']:.3f}s", flush=True)
+        print(f"  sampling vs D: D={D} ours {rows[-1]['ours']['median_s']:.3f}s "
+              f"tfp {rows[-1]['tfp']['median_s']:.3f}s", flush=True)
     return rows
 
 
@@ -316,8 +318,8 @@ def run_config(name, cfg, args):
     out["log_prob_on_sample_size"] = {"ours": pair["log_prob"]}
     sample_peer = tf.function(lambda n: flow.sample(n, seed=1))
     out["samples"] = n_samples
-    out["sample"] = {"ours": pair["sample"],
-                     "tfp": sample_time(sample_peer, n_samples, args.peer_sample_repeats if name == "B" else args.repeats)}
+    peer_repeats = args.peer_sample_repeats if name == "B" else args.repeats
+    out["sample"] = {"ours": pair["sample"], "tfp": sample_time(sample_peer, n_samples, peer_repeats)}
     print(f"  {name} sample {n_samples}: ours {out['sample']['ours']['median_s']:.3f}s, "
           f"tfp {out['sample']['tfp']['median_s']:.3f}s", flush=True)
     return out
@@ -331,10 +333,9 @@ def ratios(r):
         "log_prob_over_tfp_inverse_only": lp["ours"]["points_per_s"] / lp["tfp_inverse_only"]["points_per_s"],
         # Against the matmul rate measured in the same interleaved rounds.
         "log_prob_share_of_matmul": r["log_prob_gflops_ours"] / r["log_prob_matmul"]["gflops"],
-        "train_b100_speedup": r["train_b100"]["ours"]["examples_per_s"] / r["train_b100"]["tfp"]["examples_per_s"],
-        "train_b1000_speedup": r["train_b1000"]["ours"]["examples_per_s"] / r["train_b1000"]["tfp"]["examples_per_s"],
-        "train_b100_speedup_no_jit": r["train_b100"]["ours_no_jit"]["examples_per_s"] / r["train_b100"]["tfp"]["examples_per_s"],
-        "train_b1000_speedup_no_jit": r["train_b1000"]["ours_no_jit"]["examples_per_s"] / r["train_b1000"]["tfp"]["examples_per_s"],
+        **{f"train_b{b}_speedup{suffix}": r[f"train_b{b}"][ours]["examples_per_s"]
+           / r[f"train_b{b}"]["tfp"]["examples_per_s"]
+           for b in (100, 1000) for ours, suffix in (("ours", ""), ("ours_no_jit", "_no_jit"))},
         "sample_speedup": sm["tfp"]["median_s"] / sm["ours"]["median_s"],
         "sample_over_log_prob_same_n": sm["ours"]["median_s"] / r["log_prob_on_sample_size"]["ours"]["median_s"],
     }
@@ -360,17 +361,20 @@ def markdown(result):
                          f"{q[f'train_b{b}_speedup']:.2f}x ({q[f'train_b{b}_speedup_no_jit']:.2f}x no jit) | "
                          f"{_steal(*t.values())} |")
         lp = r["log_prob"]
-        lines.append(f"| {c} | log_prob on {r['log_prob_points']:,} points (points/s) | {lp['ours']['points_per_s']:.0f} | "
+        lines.append(f"| {c} | log_prob on {r['log_prob_points']:,} points (points/s) | "
+                     f"{lp['ours']['points_per_s']:.0f} | "
                      f"{lp['ours_jit']['points_per_s']:.0f} | {lp['tfp']['points_per_s']:.0f} | "
                      f"{q['log_prob_speedup']:.2f}x ({q['log_prob_speedup_jit']:.2f}x jit); "
-                     f"{100 * q['log_prob_share_of_matmul']:.0f}% of matmul at {r['log_prob_matmul']['gflops']:.0f} GFLOP/s | "
+                     f"{100 * q['log_prob_share_of_matmul']:.0f}% of matmul at "
+                     f"{r['log_prob_matmul']['gflops']:.0f} GFLOP/s | "
                      f"{_steal(*lp.values(), r['log_prob_matmul'])} |")
         lines.append(f"| {c} | TFP's inverse alone, one pass per MADE (points/s) | | | "
                      f"{lp['tfp_inverse_only']['points_per_s']:.0f} | {q['log_prob_over_tfp_inverse_only']:.2f}x | "
                      f"{_steal(lp['tfp_inverse_only'])} |")
         sm = r["sample"]
-        lines.append(f"| {c} | {r['samples']:,} samples (s) | {sm['ours']['median_s']:.3f} | | {sm['tfp']['median_s']:.3f} | "
-                     f"{q['sample_speedup']:.1f}x; {q['sample_over_log_prob_same_n']:.1f}x our log_prob on {r['samples']:,} | "
+        lines.append(f"| {c} | {r['samples']:,} samples (s) | {sm['ours']['median_s']:.3f} | | "
+                     f"{sm['tfp']['median_s']:.3f} | {q['sample_speedup']:.1f}x; "
+                     f"{q['sample_over_log_prob_same_n']:.1f}x our log_prob on {r['samples']:,} | "
                      f"{_steal(*sm.values(), *r['log_prob_on_sample_size'].values())} |")
     lines += ["", "tfp-maf is the default path: `fit` after `compile_as_paper` (jit_compile=True), "
               "`model.log_prob` in a plain `tf.function`, `model.sample`. The next column flips jit_compile. "

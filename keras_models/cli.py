@@ -209,7 +209,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--deterministic", action="store_true",
                        help="TensorFlow op determinism: the same seed gives bit-identical weights")
     train.add_argument("--log-scale-bound", type=float, default=None,
-                       help="soft-bound the flows' log-scales to +-B (off, as in the paper; try 10 on heavy-tailed data)")
+                       help="soft-bound the flows' log-scales to +-B "
+                            "(off, as in the paper; try 10 on heavy-tailed data)")
     train.add_argument("--verbose", action="store_true")
     train.set_defaults(func=cmd_train)
 

@@ -21,7 +21,7 @@ def _halves(x, y):
     sizes = [x.shape[0] // 2, x.shape[0] - x.shape[0] // 2]
     xs = tf.split(x, sizes, axis=0)
     ys = [None, None] if y is None else tf.split(y, sizes, axis=0)
-    return list(zip(xs, ys))
+    return list(zip(xs, ys, strict=True))
 
 
 def unpack(data):
@@ -242,7 +242,7 @@ class DensityModel(keras.Model):
                 self._batch_norm_by_name[b.name].set_statistics(values.mean(0), values.var(0))
                 if index == last_norm:
                     return
-            current = [step(c, yy, tf.constant(index)) for c, yy in zip(current, ys)]
+            current = [step(c, yy, tf.constant(index)) for c, yy in zip(current, ys, strict=True)]
 
     def _inverse_step(self, last: int):
         """``step(x, y, index)``: the inverse of the ``index``-th bijector of the chain

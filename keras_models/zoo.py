@@ -177,7 +177,10 @@ class MAF(_FlowModel):
             for i, order in enumerate(_orders(self.num_layers))
         ]
         self.norms = (
-            [tfp_maf.ExpGammaBatchNormalization(self.event_size, name=f"batch_norm_{i}") for i in range(self.num_layers)]
+            [
+                tfp_maf.ExpGammaBatchNormalization(self.event_size, name=f"batch_norm_{i}")
+                for i in range(self.num_layers)
+            ]
             if self.batch_norm
             else []
         )
@@ -257,13 +260,19 @@ class RealNVP(_FlowModel):
                     kernel_regularizer=_regularizer(self.l2), name=f"coupling_{i}",
                 )
             )
-        self.norms = [tfp_maf.ExpGammaBatchNormalization(self.event_size, name=f"batch_norm_{i}") for i in range(self.num_layers)]
+        self.norms = [
+            tfp_maf.ExpGammaBatchNormalization(self.event_size, name=f"batch_norm_{i}")
+            for i in range(self.num_layers)
+        ]
 
     def distribution(self, y=None, training=False):
         bijectors = []
-        for i, (nets, parity) in enumerate(zip(self.couplings, self.parities)):
+        for i, (nets, parity) in enumerate(zip(self.couplings, self.parities, strict=True)):
             bijectors.append(
-                tfp_maf.AffineCoupling(nets, self.event_size, parity, name=f"coupling_{i}", log_scale_bound=self.log_scale_bound)
+                tfp_maf.AffineCoupling(
+                    nets, self.event_size, parity, name=f"coupling_{i}",
+                    log_scale_bound=self.log_scale_bound,
+                )
             )
             bijectors.append(self.norms[i].bijector())
         return tfd.TransformedDistribution(_standard_normal(self.event_size, self.compute_dtype), tfb.Chain(bijectors))

@@ -66,7 +66,7 @@ def test_statistics_change_only_through_set_statistics(setup):
     before = [w.numpy().copy() for w in (bn.mean, bn.variance)]
     bn(x, training=True)
     bn.bijector().inverse(x, training=True)
-    for w, b in zip((bn.mean, bn.variance), before):
+    for w, b in zip((bn.mean, bn.variance), before, strict=True):
         np.testing.assert_array_equal(w.numpy(), b)
     bn.set_statistics(x.mean(0), x.var(0))
     np.testing.assert_allclose(bn.mean.numpy(), x.mean(0))

@@ -72,7 +72,8 @@ def test_coupling_copies_its_half(parity, dtype):
         tape.watch(u)
         x = b.forward(u)
     jac = tape.batch_jacobian(x, u).numpy()
-    np.testing.assert_array_equal(jac[:, copied][:, :, copied], np.broadcast_to(np.eye(len(copied)), (3, len(copied), len(copied))))
+    identity = np.broadcast_to(np.eye(len(copied)), (3, len(copied), len(copied)))
+    np.testing.assert_array_equal(jac[:, copied][:, :, copied], identity)
     assert not np.allclose(
         tf.gather(x, b._transformed, axis=-1), tf.gather(u, b._transformed, axis=-1)
     )
@@ -167,7 +168,7 @@ def test_gradients_reach_every_weight(training):
     with tf.GradientTape() as tape:
         loss = -tf.reduce_mean(flow.log_prob(x, bijector_kwargs=kw))
     grads = tape.gradient(loss, variables)
-    for v, g in zip(variables, grads):
+    for v, g in zip(variables, grads, strict=True):
         assert g is not None, f"no gradient reaches {v.path}"
         assert np.all(np.isfinite(g)), v.path
         assert np.any(g.numpy() != 0), f"zero gradient for {v.path}"

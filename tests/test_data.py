@@ -58,7 +58,7 @@ def test_power_matches_the_published_steps(tmp_path):
     splits = data.load("power", tmp_path)
     assert splits.event_size == 6 and splits.sizes == (810, 90, 100)
     assert splits.x_train.dtype == np.float32
-    for got, want in zip((splits.x_train, splits.x_val, splits.x_test), _power_oracle(raw)):
+    for got, want in zip((splits.x_train, splits.x_val, splits.x_test), _power_oracle(raw), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     # Standardized with train+validation statistics, not the test's.
     rest = np.concatenate([splits.x_train, splits.x_val]).astype(np.float64)
@@ -245,7 +245,7 @@ def test_mnist_dequantizes_one_grey_level_and_applies_the_logit(tmp_path):
     splits = data.load("mnist", tmp_path)
     assert splits.sizes == (30, 10, 10) and splits.logit_lambda == 1e-6
     rng = np.random.RandomState(42)  # one generator for train, validation, test in order
-    for x, (pixels, _) in zip((splits.x_train, splits.x_val, splits.x_test), parts):
+    for x, (pixels, _) in zip((splits.x_train, splits.x_val, splits.x_test), parts, strict=True):
         noise = ((_sigmoid(x) - 1e-6) / (1 - 2e-6) - pixels) * 256
         assert noise.min() >= -1e-3 and noise.max() < 1 + 1e-3
         np.testing.assert_allclose(noise, rng.rand(*pixels.shape), atol=2e-3)

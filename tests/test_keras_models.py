@@ -53,7 +53,7 @@ def test_fit_lowers_the_loss_and_trains_every_weight(name, conditional):
     history = model.fit(_ds(x, y), epochs=4, verbose=0)
     losses = history.history["loss"]
     assert losses[-1] < losses[0], losses
-    for v, b in zip(model.trainable_variables, before):
+    for v, b in zip(model.trainable_variables, before, strict=True):
         assert not np.array_equal(v.numpy(), b), f"{name}: {v.path} did not train"
     # The reported loss is the mean NLL of the model, not a constant.
     assert abs(model.evaluate(_ds(x, y), verbose=0) + np.mean(model.log_prob(x, y))) < 1e-3

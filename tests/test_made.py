@@ -105,9 +105,9 @@ def test_config_round_trip_rebuilds_the_same_network():
     clone = MADE.from_config(config)
     clone.set_weights(made.get_weights())
     x, y = tf.random.normal([2, 4]), tf.random.normal([2, 3])
-    for a, b in zip(made(x, conditional_input=y), clone(x, conditional_input=y)):
+    for a, b in zip(made(x, conditional_input=y), clone(x, conditional_input=y), strict=True):
         np.testing.assert_array_equal(a, b)
-    for m, c in zip(made.masks, clone.masks):
+    for m, c in zip(made.masks, clone.masks, strict=True):
         np.testing.assert_array_equal(m, c)
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(made))
     assert isinstance(restored, MADE) and restored.num_components == 2
@@ -140,7 +140,9 @@ class _MovesEveryEntry(keras.optimizers.SGD):
         variable.assign_add(keras.ops.ones_like(variable))
 
 
-@pytest.mark.parametrize("make_optimizer", [lambda: keras.optimizers.Adam(0.05), _MovesEveryEntry], ids=["adam", "mixing"])
+@pytest.mark.parametrize(
+    "make_optimizer", [lambda: keras.optimizers.Adam(0.05), _MovesEveryEntry], ids=["adam", "mixing"]
+)
 def test_kernels_keep_zeros_outside_their_masks_through_training(make_optimizer):
     optimizer = make_optimizer()
     # The forward pass reads the kernels as they are (no mask product per call),
@@ -152,7 +154,7 @@ def test_kernels_keep_zeros_outside_their_masks_through_training(make_optimizer)
         with tf.GradientTape() as tape:
             loss = sum(tf.reduce_mean(p**2) for p in made(x, conditional_input=y))
         grads = tape.gradient(loss, made.trainable_variables)
-        by_variable = {id(v): g for v, g in zip(made.trainable_variables, grads)}
+        by_variable = {id(v): g for v, g in zip(made.trainable_variables, grads, strict=True)}
         for layer in made.hidden_layers + [made.output_layer]:
             grad = by_variable[id(layer.kernel)].numpy()
             assert np.abs(grad).max() > 0
@@ -175,13 +177,13 @@ def test_weights_written_with_entries_outside_the_masks_give_the_masked_network(
     assert _outside_mask(made) == 5.0
     clone = MADE(3, [8, 8], seed=0)
     clone.set_weights(raw)  # MADE.set_weights
-    for a, b in zip(clone(x), expected):
+    for a, b in zip(clone(x), expected, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
     layer = MaskedDense(8, made.hidden_layers[0].mask)
     layer.set_weights(made.hidden_layers[0].get_weights())  # MaskedDense.set_weights
     np.testing.assert_array_equal(layer.kernel.numpy(), made.hidden_layers[0].kernel.numpy() * layer.mask)
     tfp_maf.apply_masks(made)  # after a direct assign
-    for a, b in zip(made(x), expected):
+    for a, b in zip(made(x), expected, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 

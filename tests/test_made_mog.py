@@ -75,7 +75,7 @@ def test_is_the_base_of_maf_mog_and_gradients_reach_every_weight():
     with tf.GradientTape() as tape:
         loss = -tf.reduce_mean(flow.log_prob(x))
     variables = base.made.trainable_variables + made.trainable_variables
-    for v, g in zip(variables, tape.gradient(loss, variables)):
+    for v, g in zip(variables, tape.gradient(loss, variables), strict=True):
         assert g is not None and np.all(np.isfinite(g)), v.path
     assert flow.sample(3, seed=1).shape == (3, 2)
 

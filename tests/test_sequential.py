@@ -147,7 +147,7 @@ def test_plan_blocks_cover_every_unit_once():
     plan = made.sequential_plan
     assert isinstance(plan, SequentialPlan)
     np.testing.assert_array_equal(made.input_degrees[plan.var_at], np.arange(1, 10))
-    for degrees, order, offsets in zip(made.degrees, plan.unit_order, plan.offsets):
+    for degrees, order, offsets in zip(made.degrees, plan.unit_order, plan.offsets, strict=True):
         assert offsets[0] == 0 and offsets[-1] == len(degrees)
         sorted_degrees = degrees[order]
         for t in range(1, 10):
@@ -176,9 +176,10 @@ def test_gradients_through_sampling_equal_the_plain_loop(mode, block, monkeypatc
 
     fast, plain = b._mask_aware_forward, b._plain_forward
     if mode == "function":
-        fast, plain = tf.function(lambda u, y: grads(b._mask_aware_forward)), tf.function(lambda u, y: grads(b._plain_forward))
+        fast = tf.function(lambda u, y: grads(b._mask_aware_forward))
+        plain = tf.function(lambda u, y: grads(b._plain_forward))
         got, want = fast(u, y), plain(u, y)
     else:
         got, want = grads(fast), grads(plain)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)

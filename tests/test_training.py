@@ -70,7 +70,7 @@ def test_backup_and_restore_resumes_after_a_crash(tmp_path):
     # Epochs 0 and 1 were done: only 2 and 3 run again, from the backed-up weights.
     assert len(history.history["loss"]) == 2
     assert history.epoch == [2, 3]
-    assert any(not np.array_equal(a, b.numpy()) for a, b in zip(weights_at_crash, resumed.weights))
+    assert any(not np.array_equal(a, b.numpy()) for a, b in zip(weights_at_crash, resumed.weights, strict=True))
 
 
 def test_jit_compile_trains_and_matches_the_graph_loss():

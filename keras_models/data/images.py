@@ -86,7 +86,7 @@ def preprocess_mnist(parts, lam: float = MNIST_LAMBDA):
     order) and applies the logit transform."""
     rng = np.random.RandomState(42)
     out = []
-    for split, (x, labels) in zip(("train", "validation", "test"), parts):
+    for split, (x, labels) in zip(("train", "validation", "test"), parts, strict=True):
         x = np.asarray(x)
         check_width(x, 784, f"MNIST {split} images")
         if x.size and (x.min() < 0 or x.max() >= 1):

@@ -241,6 +241,6 @@ def load_bsds300(data_dir=None) -> Splits:
             )
         with reading(path, "bsds300", "an HDF5 file"):
             arrays = [np.asarray(f[k][...]) for k in BSDS300_SPLITS]
-    for k, a in zip(BSDS300_SPLITS, arrays):
+    for k, a in zip(BSDS300_SPLITS, arrays, strict=True):
         check_width(a, 63, f"BSDS300 {path} [{k}]")
     return _float32_splits("bsds300", *arrays)

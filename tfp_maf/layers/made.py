@@ -292,7 +292,7 @@ class MADE(keras.layers.Layer):
                 dtype=self.dtype_policy,
                 name=f"hidden_{i}",
             )
-            for i, (units, mask) in enumerate(zip(self.hidden_units, self.masks[:-1]))
+            for i, (units, mask) in enumerate(zip(self.hidden_units, self.masks[:-1], strict=True))
         ]
         if output_kernel_initializer is None:
             output_kernel_initializer = "zeros" if self.num_components is None else "glorot_uniform"
@@ -357,7 +357,7 @@ class MADE(keras.layers.Layer):
     def flat_params(self, x2d, y_terms):
         """Raw outputs ``[N, D * P]`` from flat inputs ``[N, D]``."""
         h = x2d
-        for layer, y_term in zip(self.hidden_layers, y_terms):
+        for layer, y_term in zip(self.hidden_layers, y_terms, strict=True):
             h = layer(h)
             if y_term is not None:
                 h = h + y_term

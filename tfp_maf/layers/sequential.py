@@ -117,7 +117,7 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
             with tf.GradientTape() as tape:
                 tape.watch(args)
                 again = _loop_for(made, _read_weights(made), flat[0].dtype)(emit, noise_args, y)
-            upstream = [tf.zeros_like(o) if g is None else g for o, g in zip(again, upstream)]
+            upstream = [tf.zeros_like(o) if g is None else g for o, g in zip(again, upstream, strict=True)]
             grads = tape.gradient(list(again), [*args, *variables], output_gradients=upstream)
             return grads[: len(args)], grads[len(args) :]
 
@@ -180,10 +180,10 @@ def _in_parts(made, loop, parts: int, noise, conditional_input, weights):
     def split(t, axis):
         return tf.split(_pad_axis(t, axis, pad), parts, axis=axis)
 
-    noises = list(zip(*[split(t, 1) for t in flat]))
+    noises = list(zip(*[split(t, 1) for t in flat], strict=True))
     ys = [None] * parts if conditional_input is None else split(conditional_input, 0)
-    outs = [loop(tf.nest.pack_sequence_as(noise, list(n)), y, weights) for n, y in zip(noises, ys)]
-    return tuple(tf.concat(o, axis=0)[:batch] for o in zip(*outs))
+    outs = [loop(tf.nest.pack_sequence_as(noise, list(n)), y, weights) for n, y in zip(noises, ys, strict=True)]
+    return tuple(tf.concat(o, axis=0)[:batch] for o in zip(*outs, strict=True))
 
 
 def _pad_axis(t, axis: int, pad):
@@ -242,13 +242,13 @@ def _block_steps(made) -> int:
     one fastest step by step (blocks of 2: about 1.4x slower)."""
     D, P, hidden = made.event_size, made.params_per_dim, made.hidden_units
     widths = [D, *hidden]
-    forward = sum(a * b for a, b in zip(widths, [*hidden, D * P]))
+    forward = sum(a * b for a, b in zip(widths, [*hidden, D * P], strict=True))
     best = 1
     for S in (2 ** k for k in range(1, 12)):
         if S > D:
             break
         win = [S] + [max(1, S * h // D) for h in hidden]
-        inner = P * win[-1] + sum(a * b for a, b in zip(win[1:], win[:-1]))
+        inner = P * win[-1] + sum(a * b for a, b in zip(win[1:], win[:-1], strict=True))
         if D * inner > forward / 8:
             break
         best = S
@@ -276,7 +276,7 @@ class _Layout:
             self.starts.append(at[:-1])
             self.finals.append(np.diff(at))
             self.widths.append(max(1, int(np.max(self.finals[-1]))))
-        self.rows = [self.n_blocks * S] + [h + w for h, w in zip(made.hidden_units, self.widths[1:])]
+        self.rows = [self.n_blocks * S] + [h + w for h, w in zip(made.hidden_units, self.widths[1:], strict=True)]
         # Output rows of variable i are i * P ... i * P + P - 1, sorted by its degree.
         P = made.params_per_dim
         self.out_cols = (plan.var_at[:, None] * P + np.arange(P)[None, :]).reshape(-1)
@@ -308,9 +308,11 @@ def _prepare(made, weights, dtype, S: int) -> dict:
     out_kernel, out_bias = weights["output"]
     out["out_w"] = sorted_padded(out_kernel, prev_order, layout.out_cols, n_out, rows[L])
     out["out_b"] = sorted_cols(out_bias[None], layout.out_cols, n_out)[0][:, None]
-    # y feeds every hidden layer (the outputs when there is none).
-    y_orders = [(o, r) for o, r in zip(plan.unit_order, rows[1:])] or [(layout.out_cols, n_out)]
-    out["conditional"] = [sorted_cols(v, o, r) for v, (o, r) in zip(weights["conditional"], y_orders)]
+    # y feeds every hidden layer (the outputs when there is none). An unconditional
+    # MADE has no y kernels: the second zip is then empty, not a mismatch.
+    y_orders = [(o, r) for o, r in zip(plan.unit_order, rows[1:], strict=True)] or [(layout.out_cols, n_out)]
+    y_kernels = weights["conditional"]
+    out["conditional"] = [sorted_cols(v, o, r) for v, (o, r) in zip(y_kernels, y_orders, strict=bool(y_kernels))]
     return out
 
 
