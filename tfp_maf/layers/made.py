@@ -357,7 +357,8 @@ class MADE(keras.layers.Layer):
     def flat_params(self, x2d, y_terms):
         """Raw outputs ``[N, D * P]`` from flat inputs ``[N, D]``."""
         h = x2d
-        for layer, y_term in zip(self.hidden_layers, y_terms, strict=True):
+        # Without hidden layers the one y term feeds the output, and this loop is empty.
+        for layer, y_term in zip(self.hidden_layers, y_terms, strict=bool(self.hidden_layers)):
             h = layer(h)
             if y_term is not None:
                 h = h + y_term
