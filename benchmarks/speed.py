@@ -36,6 +36,7 @@ Writes benchmarks/results/speed.json and speed.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 from pathlib import Path
@@ -159,15 +160,13 @@ def train_ours(D, hidden, batch, steps, jit):
     """
     # The pipeline users train on: shuffled batches gathered from an in-memory array.
     ds = data.array_dataset(_data(D, batch * steps).numpy(), batch_size=batch, shuffle=True, seed=0).repeat()
-    built = []
 
+    @functools.cache
     def setup():
-        if not built:
-            model = ours(D, hidden, jit)
-            # shuffle=False: the pipeline shuffles (Keras would only warn that it ignores the flag).
-            model.fit(ds, steps_per_epoch=STEPS_PER_EXECUTION, epochs=1, verbose=0, shuffle=False)  # trace / compile
-            built.append(model)
-        return built[0]
+        model = ours(D, hidden, jit)
+        # shuffle=False: the pipeline shuffles (Keras would only warn that it ignores the flag).
+        model.fit(ds, steps_per_epoch=STEPS_PER_EXECUTION, epochs=1, verbose=0, shuffle=False)  # trace / compile
+        return model
 
     def run(model):
         before = int(model.optimizer.iterations.numpy())
