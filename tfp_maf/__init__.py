@@ -11,7 +11,7 @@ Every public symbol, and where it lives:
 | `MADE`, `MaskedDense`, `apply_masks` | `tfp_maf.layers.made` |
 | `CouplingNetworks` | `tfp_maf.layers.coupling` |
 | `ExpGammaBatchNormalization` | `tfp_maf.layers.batch_norm` |
-| `flow_kwargs` | `tfp_maf.kwargs` |
+| `flow_kwargs`, `bind_kwargs` | `tfp_maf.kwargs` |
 | `masks` (orders, degrees, masks; pure NumPy) | `tfp_maf.masks` |
 """
 
@@ -24,7 +24,7 @@ from tfp_maf.bijectors import (
     coupling_partition,
 )
 from tfp_maf.distributions import MADEMoG
-from tfp_maf.kwargs import flow_kwargs
+from tfp_maf.kwargs import bind_kwargs, flow_kwargs
 from tfp_maf.layers import (
     MADE,
     CouplingNetworks,
@@ -47,6 +47,7 @@ __all__ = [
     "apply_masks",
     "batch_moments",
     "bijectors",
+    "bind_kwargs",
     "coupling_partition",
     "distributions",
     "flow_kwargs",

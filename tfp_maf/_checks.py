@@ -9,7 +9,19 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-__all__ = ["check_conditional_input", "check_event_size"]
+__all__ = ["as_conditional_input", "check_conditional_input", "check_event_size"]
+
+
+def as_conditional_input(conditional_input, dtype: tf.DType | None) -> tf.Tensor | None:
+    """``y`` as a tensor of ``dtype`` (NumPy arrays, lists and tensors alike), or None.
+
+    TFP hands call-time keywords to a bijector as the caller gave them, so a NumPy ``y``
+    in ``bijector_kwargs`` arrives as it is.
+    """
+    if conditional_input is None:
+        return None
+    conditional_input = tf.convert_to_tensor(conditional_input)
+    return conditional_input if dtype is None else tf.cast(conditional_input, dtype)
 
 
 def check_event_size(x: tf.Tensor, event_size: int, owner: str) -> None:

@@ -3,20 +3,33 @@
 `tfb.Chain` passes keyword arguments to its parts by *name*:
 ``chain.forward(x, **{"made_0": {"conditional_input": y}})``. Building that
 dict by hand is error-prone, so `flow_kwargs` walks a bijector and builds it.
+`bind_kwargs` goes one step further: it returns the distribution p(x | y) with
+``y`` (and ``training``) bound once, so that ``log_prob(x)`` and ``sample(n)``
+need no keywords at all (zuko's ``flow(c)``).
 """
 
 from __future__ import annotations
 
-# TFP builds a `_Chain` / `_Invert` (not the public subclass) when the parts
-# are not CompositeTensors, as ours (holding Keras layers) are not.
+import tensorflow_probability as tfp
+
+# TFP builds a `_Chain` / `_Invert` / `_TransformedDistribution` (not the public
+# subclass) when the parts are not CompositeTensors, as ours (holding Keras layers)
+# are not.
 from tensorflow_probability.python.bijectors.chain import _Chain
 from tensorflow_probability.python.bijectors.invert import _Invert
+from tensorflow_probability.python.distributions.transformed_distribution import (
+    _TransformedDistribution,
+)
 
+from tfp_maf._checks import as_conditional_input
 from tfp_maf.bijectors.affine_coupling import AffineCoupling
 from tfp_maf.bijectors.exp_gamma_batch_norm import ExpGammaBatchNorm
 from tfp_maf.bijectors.masked_autoregressive import MaskedAutoregressive
+from tfp_maf.distributions.made_mog import MADEMoG
 
-__all__ = ["flow_kwargs"]
+tfd = tfp.distributions
+
+__all__ = ["bind_kwargs", "flow_kwargs"]
 
 _CONDITIONAL = (MaskedAutoregressive, AffineCoupling)
 
@@ -77,3 +90,74 @@ def _route(bijector, conditional_input, training, seen) -> dict:
     if isinstance(bijector, ExpGammaBatchNorm) and training is not None:
         return {"training": training}
     return {}
+
+
+def bind_kwargs(distribution, conditional_input=None, training=None):
+    """``distribution`` with ``conditional_input`` and ``training`` bound to every part.
+
+    Args:
+      distribution: a `tfd.TransformedDistribution` over tfp_maf bijectors (any
+        `tfb.Chain` / `tfb.Invert` nesting, other TFP bijectors beside them), whose
+        base may be a `tfp_maf.MADEMoG`; or a `tfp_maf.MADEMoG`.
+      conditional_input: ``y``, given to every conditional part (a tensor, a NumPy
+        array or a list whose batch shape broadcasts against the samples').
+      training: given to every `ExpGammaBatchNorm` (``None``: their default, the
+        stored statistics).
+
+    Returns:
+      A distribution of the same kind over the same bijector and layers, whose
+      `log_prob`, `sample`, `experimental_sample_and_log_prob`, ... route the bound
+      keywords with no ``bijector_kwargs``. Keywords a call passes are added to the
+      bound ones, and win where both name the same part. A conditional base (a
+      `tfp_maf.MADEMoG`) is bound too, and takes ``y``'s batch shape; another base
+      keeps its own, and ``y`` broadcasts against its samples.
+
+    Example:
+
+    >>> import numpy as np, tensorflow_probability as tfp
+    >>> from tfp_maf import MADE, MaskedAutoregressive, bind_kwargs
+    >>> made = MADE(2, hidden_units=[8], conditional_dims=3, seed=0)
+    >>> flow = tfp.distributions.TransformedDistribution(
+    ...     tfp.distributions.MultivariateNormalDiag(loc=np.zeros(2, np.float32)),
+    ...     MaskedAutoregressive(made, name="maf"))
+    >>> given_y = bind_kwargs(flow, conditional_input=np.eye(3, dtype=np.float32)[[0, 2]])
+    >>> given_y.sample(seed=1).shape, given_y.log_prob(np.zeros((2, 2), np.float32)).shape
+    (TensorShape([2, 2]), TensorShape([2]))
+    """
+    # One tensor for every part and every call (TFP's cache matches keywords by identity).
+    conditional_input = as_conditional_input(conditional_input, distribution.dtype)
+    if isinstance(distribution, MADEMoG):
+        if conditional_input is None:
+            return distribution
+        return distribution.copy(conditional_input=conditional_input)
+    if not isinstance(distribution, _TransformedDistribution):
+        raise TypeError(
+            "bind_kwargs expects a tfd.TransformedDistribution or a tfp_maf.MADEMoG, got "
+            f"{type(distribution).__name__}."
+        )
+    bound = flow_kwargs(distribution.bijector, conditional_input, training)
+    base = distribution.distribution
+    if isinstance(base, MADEMoG | _TransformedDistribution):
+        base = bind_kwargs(base, conditional_input, training)
+
+    def split(kwargs):
+        return (
+            kwargs.get("distribution_kwargs", {}),
+            _merge(bound, kwargs.get("bijector_kwargs", {})),
+        )
+
+    return tfd.TransformedDistribution(
+        base, distribution.bijector, kwargs_split_fn=split,
+        validate_args=distribution.validate_args, name=distribution.name,
+    )
+
+
+def _merge(bound: dict, given: dict) -> dict:
+    """Nested routing dicts merged, ``given`` winning on the same keyword."""
+    out = dict(bound)
+    for key, value in given.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -9,6 +9,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tfp_maf import _checks
+from tfp_maf._tracking import LayerVariables
 from tfp_maf.bijectors._cache import GreedyGraphOnlyCache
 from tfp_maf.bijectors.masked_autoregressive import _dtype_of
 from tfp_maf.math import soft_bound
@@ -37,7 +38,7 @@ def coupling_partition(event_size: int, parity: str) -> tuple[np.ndarray, np.nda
     return copied, transformed
 
 
-class AffineCoupling(tfb.Bijector):
+class AffineCoupling(LayerVariables, tfb.Bijector):
     """Real NVP coupling: copy half the variables, scale and shift the rest.
 
     With ``c`` the copied and ``t`` the transformed indices (see
@@ -62,7 +63,12 @@ class AffineCoupling(tfb.Bijector):
       log_scale_bound: ``None`` (the paper) or ``B``: see
         `tfp_maf.bijectors.MaskedAutoregressive`.
 
-    Call-time keyword: ``conditional_input``, the side information ``y``.
+    Call-time keyword: ``conditional_input``, the side information ``y`` (a
+    tensor, a NumPy array or a list).
+
+    The networks' weights are the bijector's: ``trainable_variables`` of the
+    bijector, and of a `tfb.Chain` or `tfd.TransformedDistribution` holding it,
+    lists them (see `tfp_maf._tracking`).
 
     #### Examples
 
@@ -97,6 +103,7 @@ class AffineCoupling(tfb.Bijector):
     ):
         parameters = dict(locals())
         self._fn = shift_and_log_scale_fn
+        self._track_layers(shift_and_log_scale_fn)
         self._log_scale_bound = log_scale_bound
         self._event_size = int(event_size)
         self._parity = parity
@@ -125,12 +132,14 @@ class AffineCoupling(tfb.Bijector):
 
     def _couple(self, z, conditional_input, sign):
         _checks.check_event_size(z, self._event_size, self.name)
+        conditional_input = _checks.as_conditional_input(conditional_input, self.dtype)
         z_c = tf.gather(z, self._copied, axis=-1)
         z_t = tf.gather(z, self._transformed, axis=-1)
         if conditional_input is None:
             shift, log_scale = self._fn(z_c)
         else:
             shift, log_scale = self._fn(z_c, conditional_input=conditional_input)
+        self._retrack_layers()
         log_scale = soft_bound(log_scale, self._log_scale_bound)
         # Broadcast the copied half against the conditional input's batch.
         z_c = z_c + tf.zeros_like(shift[..., :1])

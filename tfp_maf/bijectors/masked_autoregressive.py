@@ -9,6 +9,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tfp_maf import _checks
+from tfp_maf._tracking import LayerVariables
 from tfp_maf.bijectors._cache import GreedyGraphOnlyCache
 from tfp_maf.layers.made import MADE
 from tfp_maf.layers.sequential import sequential_pass
@@ -31,7 +32,7 @@ def _affine_step(params, t, u_rows, log_scale_bound):
     return u_rows[t] * tf.exp(log_scale) + params[0], log_scale
 
 
-class MaskedAutoregressive(tfb.Bijector):
+class MaskedAutoregressive(LayerVariables, tfb.Bijector):
     """The autoregressive layer of MAF: a MADE with Gaussian conditionals.
 
     Forward (noise ``u`` -> data ``x``), with ``mu, alpha`` the MADE outputs:
@@ -67,7 +68,12 @@ class MaskedAutoregressive(tfb.Bijector):
         ``exp(+-alpha)`` stays finite on wild inputs.
 
     Call-time keyword: ``conditional_input``, the side information ``y`` of
-    shape ``batch + [K]`` (broadcast against the batch of ``x``).
+    shape ``batch + [K]`` (broadcast against the batch of ``x``): a tensor, a
+    NumPy array or a list.
+
+    The MADE's weights are the bijector's: ``trainable_variables`` of the
+    bijector, and of a `tfb.Chain` or `tfd.TransformedDistribution` holding it,
+    lists them (see `tfp_maf._tracking`).
 
     #### Examples
 
@@ -108,6 +114,7 @@ class MaskedAutoregressive(tfb.Bijector):
                 "Use tfp_maf.distributions.MADEMoG for mixture conditionals."
             )
         self._made = made
+        self._track_layers(made)
         self._log_scale_bound = log_scale_bound
         self._event_size = getattr(made, "event_size", None)
         self._conditional_dims = getattr(made, "conditional_dims", None)
@@ -138,15 +145,18 @@ class MaskedAutoregressive(tfb.Bijector):
             shift, log_scale = self._made(x)
         else:
             shift, log_scale = self._made(x, conditional_input=conditional_input)
+        self._retrack_layers()
         return shift, soft_bound(log_scale, self._log_scale_bound)
 
     def _augmented_inverse(self, x, conditional_input=None):
+        conditional_input = _checks.as_conditional_input(conditional_input, self.dtype)
         shift, log_scale = self._shift_and_log_scale(x, conditional_input)
         u = (x - shift) * tf.exp(-log_scale)
         ildj = -tf.reduce_sum(log_scale, axis=-1)
         return u, {"ildj": ildj, "fldj": -ildj}
 
     def _augmented_forward(self, u, conditional_input=None):
+        conditional_input = _checks.as_conditional_input(conditional_input, self.dtype)
         if self._event_size is not None:
             _checks.check_event_size(u, self._event_size, self.name)
         if isinstance(self._made, MADE):

@@ -9,6 +9,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tfp_maf import _checks
+from tfp_maf._tracking import LayerVariables
 from tfp_maf.layers.made import MADE
 from tfp_maf.layers.sequential import sequential_pass
 
@@ -30,7 +31,7 @@ def _mixture_step(params, t, noise, num_components):
     return mean + scale * normal_rows[t], mean
 
 
-class MADEMoG(tfd.Distribution):
+class MADEMoG(LayerVariables, tfd.Distribution):
     """MADE whose conditionals are each a mixture of ``C`` Gaussians.
 
         p(x | y) = prod_i sum_c w_ic N(x_i | m_ic, exp(a_ic)^2),
@@ -49,12 +50,17 @@ class MADEMoG(tfd.Distribution):
         ``batch + [D, C]``, autoregressive in ``x``. A generic callable also
         needs ``event_size``.
       event_size: ``D``; read from ``made`` when it is a MADE.
+      conditional_input: ``y`` bound to the distribution, p(x | y): used by
+        every call that passes none (a tensor, a NumPy array or a list).
       validate_args, allow_nan_stats: TFP's flags.
       name: the distribution's name.
 
     Call-time keyword (to `log_prob`, `sample`, ...): ``conditional_input``,
     the side information ``y``; for ``sample(n)`` it has shape ``[K]`` or
-    ``[n, K]``.
+    ``[n, K]``. It overrides the one bound at construction.
+
+    The MADE's weights are the distribution's: ``trainable_variables`` lists
+    them (see `tfp_maf._tracking`).
 
     #### Examples
 
@@ -77,6 +83,7 @@ class MADEMoG(tfd.Distribution):
         self,
         made,
         event_size: int | None = None,
+        conditional_input=None,
         validate_args: bool = False,
         allow_nan_stats: bool = True,
         name: str = "MADEMoG",
@@ -91,11 +98,14 @@ class MADEMoG(tfd.Distribution):
                 "Gaussian head. Use tfp_maf.bijectors.MaskedAutoregressive for it."
             )
         self._made = made
+        self._track_layers(made)
         self._event_size = int(event_size)
         self._conditional_dims = getattr(made, "conditional_dims", None)
         dtype = getattr(made, "compute_dtype", None)
+        dtype = tf.float32 if dtype is None else tf.as_dtype(dtype)
+        self._conditional_input = _checks.as_conditional_input(conditional_input, dtype)
         super().__init__(
-            dtype=tf.float32 if dtype is None else tf.as_dtype(dtype),
+            dtype=dtype,
             reparameterization_type=tfd.NOT_REPARAMETERIZED,
             validate_args=validate_args,
             allow_nan_stats=allow_nan_stats,
@@ -115,17 +125,35 @@ class MADEMoG(tfd.Distribution):
     def conditional_dims(self) -> int | None:
         return self._conditional_dims
 
+    @property
+    def conditional_input(self):
+        """The ``y`` bound at construction, or None."""
+        return self._conditional_input
+
+    def _given(self, conditional_input):
+        """The call's ``y`` as a tensor, else the bound one."""
+        if conditional_input is None:
+            return self._conditional_input
+        return _checks.as_conditional_input(conditional_input, self.dtype)
+
     def _event_shape(self):
         return tf.TensorShape([self._event_size])
 
     def _event_shape_tensor(self):
         return tf.constant([self._event_size], dtype=tf.int32)
 
+    # Unbound, the batch shape is [] and a call's y broadcasts against x (one row of y
+    # per sample). Bound, p(x | y) has y's batch shape, as any TFP distribution has
+    # its parameters': sample(n) gives [n, *batch, D].
     def _batch_shape(self):
-        return tf.TensorShape([])
+        if self._conditional_input is None:
+            return tf.TensorShape([])
+        return self._conditional_input.shape[:-1]
 
     def _batch_shape_tensor(self):
-        return tf.constant([], dtype=tf.int32)
+        if self._conditional_input is None:
+            return tf.constant([], dtype=tf.int32)
+        return tf.shape(self._conditional_input)[:-1]
 
     def _params(self, x, conditional_input):
         _checks.check_event_size(x, self._event_size, self.name)
@@ -133,9 +161,11 @@ class MADEMoG(tfd.Distribution):
             logits, loc, log_scale = self._made(x)
         else:
             logits, loc, log_scale = self._made(x, conditional_input=conditional_input)
+        self._retrack_layers()
         return logits, loc, log_scale
 
     def _log_prob(self, x, conditional_input=None):
+        conditional_input = self._given(conditional_input)
         logits, loc, log_scale = self._params(x, conditional_input)
         z = (x[..., None] - loc) * tf.exp(-log_scale)
         log_normal = -0.5 * tf.square(z) - log_scale - 0.5 * math.log(2.0 * math.pi)
@@ -147,7 +177,11 @@ class MADEMoG(tfd.Distribution):
         C = getattr(self._made, "num_components", None)
         batch = tf.reshape(n, [1])
         if conditional_input is not None:
+            conditional_input = self._given(conditional_input)
             batch = tf.broadcast_dynamic_shape(batch, tf.shape(conditional_input)[:-1])
+        elif self._conditional_input is not None:
+            conditional_input = self._conditional_input
+            batch = tf.concat([batch, tf.shape(conditional_input)[:-1]], 0)
         shape = tf.concat([batch, [D]], 0)
         gumbel_seed, normal_seed = tfp.random.split_seed(seed, n=2, salt="MADEMoG")
         normal = tf.random.stateless_normal(shape, seed=normal_seed, dtype=self.dtype)

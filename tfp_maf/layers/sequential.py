@@ -92,7 +92,9 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
         )
         # A graph (also when called eagerly), so that the parts' loops run at once.
         cache[key] = tf.function(
-            lambda noise, y, weights, parts: _in_parts(made, loop, parts, noise, y, weights),
+            lambda noise, y, weights, parts: _unless_empty(
+                made, noise, lambda: _in_parts(made, loop, parts, noise, y, weights)
+            ),
             reduce_retracing=True,
         )
     compiled = cache[key]
@@ -158,7 +160,7 @@ def _parts(made, batch: int | None) -> int:
     # No more parts than inter-op threads to run them (0: TF's default, one per core).
     parts = min(cores, tf.config.threading.get_inter_op_parallelism_threads() or cores)
     if batch is not None:
-        parts = min(parts, -(-int(batch) // _chunk_size(made, batch)))
+        parts = max(1, min(parts, -(-int(batch) // _chunk_size(made, batch))))  # an empty batch: 1
     return parts
 
 
@@ -184,6 +186,16 @@ def _in_parts(made, loop, parts: int, noise, conditional_input, weights):
     ys = [None] * parts if conditional_input is None else split(conditional_input, 0)
     outs = [loop(tf.nest.pack_sequence_as(noise, list(n)), y, weights) for n, y in zip(noises, ys, strict=True)]
     return tuple(tf.concat(o, axis=0)[:batch] for o in zip(*outs, strict=True))
+
+
+def _unless_empty(made, noise, run):
+    """``run()``, or two ``[0, D]`` outputs for an empty batch (XLA cannot loop over none)."""
+    first = tf.nest.flatten(noise)[0]
+    empty = tf.zeros([0, made.event_size], first.dtype)
+    batch = first.shape[1]
+    if batch is not None:
+        return (empty, empty) if batch == 0 else run()
+    return tf.cond(tf.shape(first)[1] > 0, run, lambda: (empty, empty))
 
 
 def _pad_axis(t, axis: int, pad):
