@@ -43,7 +43,13 @@ def _load_data(args):
 
 
 #: Arguments that may change between an interrupted run and its resumption.
-_RESUMABLE_CHANGES = {"verbose", "max_minutes", "func"}
+_RESUMABLE_CHANGES = {"verbose", "quiet", "max_minutes", "func"}
+
+#: The command's choices, here rather than imported so that ``--help`` needs no
+#: TensorFlow (the tests check them against `keras_models.zoo.MODELS` and
+#: `keras_models.data.LOADERS`).
+MODEL_NAMES = ("gaussian", "made", "made-mog", "maf-mog5", "maf10", "maf5", "realnvp10", "realnvp5")
+DATASET_NAMES = ("bsds300", "cifar10", "figure1", "gas", "hepmass", "miniboone", "mnist", "power")
 
 
 def _check_resumable(out: Path, args) -> None:
@@ -91,7 +97,7 @@ def cmd_train(args) -> dict:
         hidden_units=args.hidden_units, seed=args.seed, batch_size=args.batch_size,
         max_epochs=args.max_epochs, max_minutes=args.max_minutes, patience=args.patience,
         jit_compile=args.jit_compile, log_scale_bound=args.log_scale_bound,
-        backup_dir=out / BACKUP_DIR, verbose=2 if args.verbose else 0,
+        backup_dir=out / BACKUP_DIR, verbose=0, callbacks=_progress(args),
     )
     metrics = {
         "dataset": splits.name, "model": args.model, "conditional": args.conditional,
@@ -105,6 +111,16 @@ def cmd_train(args) -> dict:
     # The run is complete and saved: its backup is no longer needed.
     shutil.rmtree(out / BACKUP_DIR, ignore_errors=True)
     return metrics
+
+
+def _progress(args) -> list:
+    """Progress on stderr unless ``--quiet``: a bar and a line per epoch on a
+    terminal, the line alone elsewhere (`keras_models.progress`)."""
+    if args.quiet:
+        return []
+    from keras_models.progress import TrainingProgress
+
+    return [TrainingProgress(args.max_epochs, args.patience, args.max_minutes)]
 
 
 def cmd_reproduce(args) -> dict:
@@ -133,7 +149,7 @@ def cmd_reproduce(args) -> dict:
 def _load_model(out):
     import keras
 
-    import keras_models  # noqa: F401  (registers the model classes)
+    import keras_models.zoo  # noqa: F401  (registers the model classes)
 
     path = Path(out) / MODEL_FILE
     if not path.exists():
@@ -172,25 +188,20 @@ def cmd_sample(args) -> dict:
 
 
 def cmd_export(args) -> dict:
-    from keras_models.export import export_saved_model
-
     model = _load_model(args.out)
     target = args.saved_model or str(Path(args.out) / "saved_model")
-    export_saved_model(model, target)
-    return {"saved_model": target, "signatures": ["log_prob", "sample"]}
+    model.export(target)
+    return {"saved_model": target, "signatures": ["serve", "log_prob", "sample"]}
 
 
 def _parser() -> argparse.ArgumentParser:
-    from keras_models.data import LOADERS
-    from keras_models.zoo import MODELS
-
     parser = argparse.ArgumentParser(prog="tfp-maf", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a model; writes model.keras and metrics.json to --out")
-    train.add_argument("--dataset", default=None, choices=sorted(LOADERS),
+    train.add_argument("--dataset", default=None, choices=DATASET_NAMES,
                        help="default: the paper's Figure 1 density (figure1)")
-    train.add_argument("--model", default="maf5", choices=sorted(MODELS))
+    train.add_argument("--model", default="maf5", choices=MODEL_NAMES)
     train.add_argument("--conditional", action="store_true", help="model p(x | y) (labelled data)")
     train.add_argument("--data-dir", default=None,
                        help="data root with <dataset>/<file>; default $TFP_MAF_DATA, else ~/.tfp_maf/data")
@@ -211,13 +222,15 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--log-scale-bound", type=float, default=None,
                        help="soft-bound the flows' log-scales to +-B "
                             "(off, as in the paper; try 10 on heavy-tailed data)")
-    train.add_argument("--verbose", action="store_true")
+    train.add_argument("--quiet", action="store_true", help="no progress on stderr (the JSON result only)")
+    train.add_argument("--verbose", action="store_true",
+                       help="(kept for old scripts: progress is shown unless --quiet)")
     train.set_defaults(func=cmd_train)
 
     reproduce = sub.add_parser(
         "reproduce", help="train the paper's models on a dataset; write results/<dataset>.json, .md and figures")
-    reproduce.add_argument("--dataset", default="figure1", choices=sorted(LOADERS))
-    reproduce.add_argument("--models", nargs="+", default=None, choices=sorted(MODELS),
+    reproduce.add_argument("--dataset", default="figure1", choices=DATASET_NAMES)
+    reproduce.add_argument("--models", nargs="+", default=None, choices=MODEL_NAMES,
                            help="default: all eight of the paper's tables")
     reproduce.add_argument("--conditional", action="store_true")
     reproduce.add_argument("--data-dir", default=None)
@@ -244,16 +257,42 @@ def _parser() -> argparse.ArgumentParser:
     sample.add_argument("--label", type=int, default=None, help="class to sample (conditional models)")
     sample.set_defaults(func=cmd_sample)
 
-    export = sub.add_parser("export", help="write a SavedModel serving log_prob and sample")
+    export = sub.add_parser("export", help="write a SavedModel serving serve (log p), log_prob and sample")
     export.add_argument("--out", required=True)
     export.add_argument("--saved-model", default=None, help="default: <out>/saved_model")
     export.set_defaults(func=cmd_export)
     return parser
 
 
+def _import_tensorflow_quietly() -> None:
+    """Imports TensorFlow (and TFP, Keras) without its C++ start-up lines.
+
+    TensorFlow 2.21 prints its oneDNN and CUDA-probing lines through absl before absl's
+    logging is initialised, where ``TF_CPP_MIN_LOG_LEVEL`` does not reach them, so the
+    only way to keep them off a user's terminal is to point file descriptor 2 elsewhere
+    for the import. A user who sets ``TF_CPP_MIN_LOG_LEVEL`` sees everything, as usual.
+    """
+    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+        import tensorflow_probability  # noqa: F401
+        return
+    # After start-up too: its C++ errors (no CUDA driver, say) reach Python users as
+    # exceptions when they matter.
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import keras  # noqa: F401
+        import tensorflow_probability  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def main(argv=None) -> int:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = _parser().parse_args(argv)
+    _import_tensorflow_quietly()
     from keras_models.data import DatasetFileNotFoundError
 
     try:

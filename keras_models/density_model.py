@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import operator
 
 import keras
 import numpy as np
@@ -25,14 +26,42 @@ def _halves(x, y):
 
 
 def unpack(data):
-    """``x`` or ``(x,)`` or ``(x, y)`` as yielded by a `tf.data` pipeline -> ``(x, y)``."""
-    if isinstance(data, (tuple, list)):
-        if len(data) == 1:
-            return data[0], None
-        if len(data) == 2:
-            return data[0], data[1]
-        raise ValueError(f"expected x or (x, y) from the dataset, got a tuple of {len(data)}.")
-    return data, None
+    """What Keras hands a step -> ``(x, y, sample_weight)``.
+
+    Every form Keras users write: ``x``; ``(x,)``; ``(x, y)`` (``fit(x, y)``, a dataset
+    of pairs); ``(x, y, sample_weight)``; and ``((x, y),)``, which ``fit((x, y))``
+    yields, the form ``model((x, y))`` takes.
+    """
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    if y is None and isinstance(x, (tuple, list)):
+        if len(x) == 1:
+            x = x[0]
+        elif len(x) == 2:
+            x, y = x
+        else:
+            raise ValueError(f"expected x or (x, y), got a tuple of {len(x)}.")
+    return x, y, sample_weight
+
+
+def _weighted_mean(values, sample_weight):
+    """The mean of ``values``, weighted by ``sample_weight`` when given."""
+    if sample_weight is None:
+        return tf.reduce_mean(values)
+    weights = tf.cast(tf.reshape(sample_weight, tf.shape(values)), values.dtype)
+    return tf.reduce_sum(values * weights) / tf.reduce_sum(weights)
+
+
+def _check_count(n, owner: str):
+    """``n`` for ``sample(n)``: a Python or NumPy integer >= 0, or an integer tensor."""
+    if isinstance(n, (tf.Tensor, tf.Variable)) and n.dtype.is_integer:
+        return n
+    try:
+        count = operator.index(n)
+    except TypeError:
+        raise ValueError(f"{owner}: sample(n) needs an integer n >= 0, got n={n!r}.") from None
+    if count < 0:
+        raise ValueError(f"{owner}: sample(n) needs an integer n >= 0, got n={count}.")
+    return count
 
 
 class DensityModel(keras.Model):
@@ -45,28 +74,43 @@ class DensityModel(keras.Model):
       ``loss`` (a `keras.metrics.Mean`, reset every epoch). Regularization
       losses (the paper's L2 penalty) are added to the gradient, not to the
       reported number, so ``loss`` is comparable to a test log-likelihood.
+    * ``distribution(y=None, training=False)``: the TFP distribution p(x) or
+      p(x | y), with ``y`` and ``training`` bound (`tfp_maf.bind_kwargs`), so
+      that ``log_prob(x)`` and ``sample(n)`` on it take no keywords.
     * ``sample(n, y=None, seed=None)``.
+    * ``export(path)``: a SavedModel serving ``serve`` (the call), ``log_prob``
+      and ``sample`` (`keras_models.export`).
 
-    Subclasses implement `distribution(y, training)` and `_log_prob_kwargs`.
+    The dtype policy is float32 (the default) or float64: every layer, the base
+    density and the sampler run in it. Mixed and 16-bit policies are refused
+    (see `_check_policy`).
+
+    Subclasses implement `_distribution(y, training)`, with ``y`` checked.
     """
 
     def __init__(self, event_size: int, conditional_dims: int | None = None, **kwargs):
         super().__init__(**kwargs)
         if int(event_size) < 1:
             raise ValueError(f"event_size must be >= 1, got {event_size}.")
+        _check_policy(self.dtype_policy, self.name)
         self.event_size = int(event_size)
         self.conditional_dims = None if conditional_dims is None else int(conditional_dims)
-        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.loss_tracker = keras.metrics.Mean(name="loss", dtype=self.dtype_policy.variable_dtype)
         # Every layer creates its weights in __init__: nothing is built lazily.
         self.built = True
 
-    # -- to implement ----------------------------------------------------------
-
     def distribution(self, y=None, training: bool = False) -> tfd.Distribution:
-        raise NotImplementedError
+        """p(x), or p(x | y) for a conditional model, with ``y`` and ``training`` bound.
 
-    def _log_prob_kwargs(self, dist, y, training) -> dict:
-        return {}
+        ``y``: ``[K]`` or ``batch + [K]`` (NumPy or tensor); the distribution has its
+        batch shape, so ``sample()`` draws one x per row of ``y`` and ``sample(n)``
+        gives ``[n, *batch, D]``. ``training=True``: batch norms use the statistics of
+        the batch they see (as in training), else the stored ones.
+        """
+        return self._distribution(self._check_y(y), training)
+
+    def _distribution(self, y, training) -> tfd.Distribution:
+        raise NotImplementedError
 
     # -- density ---------------------------------------------------------------
 
@@ -116,8 +160,7 @@ class DensityModel(keras.Model):
         return self._log_prob(x, y, training)
 
     def _log_prob(self, x, y, training):
-        dist = self.distribution(y, training=training)
-        return dist.log_prob(x, **self._log_prob_kwargs(dist, y, training))
+        return self._distribution(y, training).log_prob(x)
 
     def _splits(self, x, y) -> bool:
         """Whether `log_prob` splits this batch: in a graph, ``x`` of static shape
@@ -130,14 +173,45 @@ class DensityModel(keras.Model):
         return rows >= self.split_log_prob_rows
 
     def call(self, inputs, training=False):
-        x, y = unpack(inputs)
+        x, y, _ = unpack(inputs)
         return self.log_prob(x, y, training=bool(training))
 
     def sample(self, n: int, y=None, seed=None) -> tf.Tensor:
-        """``n`` samples; for a conditional model ``y`` is one row ``[K]`` or ``[n, K]``."""
+        """``[n, D]`` samples.
+
+        For a conditional model ``y`` is one row ``[K]`` (every sample given it) or
+        ``[n, K]`` (one row per sample). ``seed``: an int, or two int32s (stateless).
+        """
+        n = _check_count(n, self.name)
         y = self._check_y(y)
-        dist = self.distribution(y, training=False)
-        return dist.sample(n, seed=seed, **self._log_prob_kwargs(dist, y, False))
+        if y is not None and y.shape.rank == 2:
+            rows = y.shape[0]
+            if rows is not None and isinstance(n, int) and rows != n:
+                raise ValueError(
+                    f"{self.name}: sample(n={n}) needs y of shape [{self.conditional_dims}] or "
+                    f"[{n}, {self.conditional_dims}], got shape {y.shape.as_list()}."
+                )
+            return self._distribution(y, False).sample(seed=seed)  # one x per row of y
+        if y is not None and y.shape.rank != 1:
+            raise ValueError(
+                f"{self.name}: sample(n) needs y of shape [{self.conditional_dims}] or "
+                f"[n, {self.conditional_dims}], got shape {y.shape.as_list()}."
+            )
+        return self._distribution(y, False).sample(n, seed=seed)
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
+        """Keras' export, with this model's endpoints (`keras_models.export`).
+
+        ``serve`` is the call (log p per row; ``serve((x, y))`` for a conditional
+        model), and ``log_prob`` and ``sample`` are served beside it. Other formats go
+        to Keras.
+        """
+        if format != "tf_saved_model":
+            return super().export(filepath, format=format, verbose=verbose,
+                                  input_signature=input_signature, **kwargs)
+        from keras_models.export import export_saved_model
+
+        export_saved_model(self, filepath, verbose=bool(verbose), input_signature=input_signature)
 
     def set_weights(self, weights):
         super().set_weights(weights)
@@ -186,9 +260,9 @@ class DensityModel(keras.Model):
         return [self.loss_tracker]
 
     def train_step(self, data):
-        x, y = unpack(data)
+        x, y, sample_weight = unpack(data)
         with tf.GradientTape() as tape:
-            nll = -tf.reduce_mean(self.log_prob(x, y, training=True))
+            nll = -_weighted_mean(self.log_prob(x, y, training=True), sample_weight)
             penalty = tf.add_n(self.losses) if self.losses else 0.0
             total = nll + tf.cast(penalty, nll.dtype)
             # Under tf.distribute each replica sees 1/R of the global batch and the
@@ -201,9 +275,13 @@ class DensityModel(keras.Model):
         return self._logs()
 
     def test_step(self, data):
-        x, y = unpack(data)
-        self.loss_tracker.update_state(-tf.reduce_mean(self.log_prob(x, y, training=False)))
+        x, y, sample_weight = unpack(data)
+        self.loss_tracker.update_state(-_weighted_mean(self.log_prob(x, y, training=False), sample_weight))
         return self._logs()
+
+    def predict_step(self, data):
+        x, y, _ = unpack(data)  # Keras' own would read (x, y) as features and targets
+        return self.log_prob(x, y, training=False)
 
     def _logs(self) -> dict:
         loss = self.loss_tracker.result()
@@ -228,7 +306,7 @@ class DensityModel(keras.Model):
         if not self.batch_norm_layers():
             return
         x = np.asarray(x)
-        dist = self.distribution(None if y is None else tf.constant(y[:1]), training=False)
+        dist = self._distribution(self._check_y(None if y is None else y[:1]), training=False)
         chunks = range(0, len(x), batch_size)
         current = [tf.cast(x[i : i + batch_size], self.compute_dtype) for i in chunks]
         ys = [None if y is None else tf.cast(y[i : i + batch_size], self.compute_dtype) for i in chunks]
@@ -253,7 +331,7 @@ class DensityModel(keras.Model):
         steps = self.__dict__.setdefault("_inverse_steps", {})
         if last not in steps:
             def step(c, yy, index):
-                dist = self.distribution(None if yy is None else yy[:1], training=False)
+                dist = self._distribution(None if yy is None else yy[:1], training=False)
                 def inverse(b):
                     return lambda: b.inverse(c, **flow_kwargs(b, conditional_input=yy))
 
@@ -270,3 +348,25 @@ class DensityModel(keras.Model):
         config = super().get_config()
         config.update(event_size=self.event_size, conditional_dims=self.conditional_dims)
         return config
+
+
+def _check_policy(policy, owner: str) -> None:
+    """Refuses dtype policies other than float32 and float64, saying why.
+
+    A log-density is a sum of D log-scales and log-determinants, and the MADE's
+    log-scales go through ``exp``: in bfloat16 (8 bits of mantissa) a log-density of
+    -1300 nats is resolved to about 8 nats, and float16 overflows ``exp`` beyond 11.
+    A mixed policy would run the matmuls in 16 bits and everything else in float32;
+    tfp-maf does not split its computation that way (yet), so it refuses rather than
+    train in a precision it was not built for.
+    """
+    compute, variable = policy.compute_dtype, policy.variable_dtype
+    if compute == variable and compute in ("float32", "float64"):
+        return
+    raise ValueError(
+        f"{owner}: tfp-maf models run in float32 or float64, but the dtype policy is "
+        f"{policy.name!r} (compute {compute}, variables {variable}). Log-densities sum D "
+        "log-scales and exponentiate them, which 16-bit floats cannot hold to useful "
+        "precision. Pass dtype='float32' (or 'float64') to the model, or "
+        "keras.mixed_precision.set_global_policy('float32')."
+    )

@@ -30,7 +30,7 @@ def load_splits(dataset: str, data_dir=None, seed: int = 0):
 def train(splits, model_name: str, *, conditional: bool = False, size_option: int = 0,
           hidden_units=None, seed: int = 0, batch_size: int = 100, max_epochs: int = 1000,
           max_minutes: float | None = None, patience: int = 30, jit_compile: bool = True,
-          log_scale_bound: float | None = None, backup_dir=None, verbose=0):
+          log_scale_bound: float | None = None, backup_dir=None, verbose=0, callbacks=()):
     """Builds ``model_name`` (``maf5``, ``made``, ...) with the paper's settings for
     ``splits`` and trains it as in the paper. Returns ``(model, info)``."""
     import keras
@@ -52,7 +52,7 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
     _, info = training.fit_as_paper(
         model, pipelines.train, pipelines.validation, splits.x_train,
         splits.y_train if conditional else None, max_epochs=max_epochs, patience=patience,
-        max_minutes=max_minutes, verbose=verbose, backup_dir=backup_dir,
+        max_minutes=max_minutes, verbose=verbose, backup_dir=backup_dir, callbacks=callbacks,
         shuffle_epoch=pipelines.epoch,
     )
     info.update(hidden_units=kwargs.get("hidden_units"), parameters=int(model.count_params()),

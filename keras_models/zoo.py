@@ -40,8 +40,11 @@ def _regularizer(l2):
     return keras.regularizers.L2(l2) if l2 else None
 
 
-def _standard_normal(event_size, dtype):
-    return tfd.MultivariateNormalDiag(loc=tf.zeros([event_size], dtype=dtype))
+def _standard_normal(event_size, dtype, y=None):
+    """N(0, I) over ``D`` variables, with the batch shape of ``y`` (if given), so that a
+    distribution p(x | y) draws one ``x`` per row of ``y``."""
+    batch = tf.zeros([0], tf.int32) if y is None else tf.shape(y)[:-1]
+    return tfd.MultivariateNormalDiag(loc=tf.zeros(tf.concat([batch, [event_size]], 0), dtype=dtype))
 
 
 @keras.saving.register_keras_serializable(package="keras_models")
@@ -84,7 +87,7 @@ class Gaussian(DensityModel):
         self.scale_tril.assign(np.stack(trils))
         return self
 
-    def distribution(self, y=None, training=False):
+    def _distribution(self, y, training):
         if self.conditional_dims is None:
             return tfd.MultivariateNormalTriL(loc=self.loc[0], scale_tril=self.scale_tril[0])
         # A mixture over the class Gaussians with weights y: a one-hot y selects its class
@@ -92,15 +95,6 @@ class Gaussian(DensityModel):
         # N x D x D: 24 GB for the MNIST test set).
         classes = tfd.MultivariateNormalTriL(loc=self.loc, scale_tril=self.scale_tril)
         return tfd.MixtureSameFamily(tfd.Categorical(probs=y), classes)
-
-    def sample(self, n: int, y=None, seed=None) -> tf.Tensor:
-        y = self._check_y(y)
-        if y is not None and y.shape.rank == 2:
-            # One label row per sample: the distribution's batch is already the n samples.
-            if y.shape[0] is not None and y.shape[0] != n:
-                raise ValueError(f"{self.name}: expected y with 1 or {n} rows, got shape {y.shape.as_list()}.")
-            return self.distribution(y).sample(seed=seed)
-        return super().sample(n, y, seed)
 
 
 class _FlowModel(DensityModel):
@@ -134,20 +128,23 @@ class _FlowModel(DensityModel):
         return tfp_maf.MADE(
             self.event_size, self.hidden_units, num_components=num_components,
             activation=self.activation, order=order, conditional_dims=self.conditional_dims,
-            hidden_degrees=self.hidden_degrees, seed=seed, kernel_regularizer=_regularizer(self.l2), name=name,
+            hidden_degrees=self.hidden_degrees, seed=seed, kernel_regularizer=_regularizer(self.l2),
+            dtype=self.dtype_policy, name=name,
         )
 
-    def _log_prob_kwargs(self, dist, y, training):
-        kw = {}
-        # Duck-typed: TFP builds a private `_TransformedDistribution` when the
-        # bijector is not a CompositeTensor, as ours (holding layers) are not.
-        if hasattr(dist, "bijector"):
-            kw["bijector_kwargs"] = tfp_maf.flow_kwargs(dist.bijector, y, training)
-            if isinstance(dist.distribution, tfp_maf.MADEMoG) and y is not None:
-                kw["distribution_kwargs"] = {"conditional_input": y}
-        elif y is not None:
-            kw["conditional_input"] = y
-        return kw
+    def _batch_norm(self, i):
+        return tfp_maf.ExpGammaBatchNormalization(self.event_size, dtype=self.dtype_policy, name=f"batch_norm_{i}")
+
+    def _bijectors(self) -> list:
+        """The flow's bijectors, data side first (TFP's `Chain` order)."""
+        raise NotImplementedError
+
+    def _base(self, y) -> tfd.Distribution:
+        return _standard_normal(self.event_size, self.compute_dtype, y)
+
+    def _distribution(self, y, training):
+        flow = tfd.TransformedDistribution(self._base(y), tfb.Chain(self._bijectors()))
+        return tfp_maf.bind_kwargs(flow, y, training)
 
     def get_config(self):
         config = super().get_config()
@@ -176,28 +173,15 @@ class MAF(_FlowModel):
             self._made(order, f"made_{i}", seed=self.seed + i)
             for i, order in enumerate(_orders(self.num_layers))
         ]
-        self.norms = (
-            [
-                tfp_maf.ExpGammaBatchNormalization(self.event_size, name=f"batch_norm_{i}")
-                for i in range(self.num_layers)
-            ]
-            if self.batch_norm
-            else []
-        )
+        self.norms = [self._batch_norm(i) for i in range(self.num_layers)] if self.batch_norm else []
 
     def _bijectors(self):
-        out = []  # data side first (TFP's Chain order)
+        out = []
         for i, made in enumerate(self.mades):
             out.append(tfp_maf.MaskedAutoregressive(made, name=f"maf_{i}", log_scale_bound=self.log_scale_bound))
             if self.norms:
                 out.append(self.norms[i].bijector())
         return out
-
-    def _base(self):
-        return _standard_normal(self.event_size, self.compute_dtype)
-
-    def distribution(self, y=None, training=False):
-        return tfd.TransformedDistribution(self._base(), tfb.Chain(self._bijectors()))
 
     def get_config(self):
         config = super().get_config()
@@ -224,8 +208,8 @@ class MAFMoG(MAF):
         order = _orders(self.num_layers + 1)[-1]
         self.base_made = self._made(order, "made_mog", self.num_components, seed=self.seed + self.num_layers)
 
-    def _base(self):
-        return tfp_maf.MADEMoG(self.base_made)
+    def _base(self, y):
+        return tfp_maf.MADEMoG(self.base_made)  # bound to y with the bijectors (`bind_kwargs`)
 
 
 @keras.saving.register_keras_serializable(package="keras_models")
@@ -237,8 +221,8 @@ class MADEMoG(_FlowModel):
         super().__init__(event_size, **kwargs)
         self.made = self._made("left-to-right", "made_mog", self.num_components, seed=self.seed)
 
-    def distribution(self, y=None, training=False):
-        return tfp_maf.MADEMoG(self.made)
+    def _distribution(self, y, training):
+        return tfp_maf.MADEMoG(self.made, conditional_input=y)
 
 
 @keras.saving.register_keras_serializable(package="keras_models")
@@ -257,15 +241,12 @@ class RealNVP(_FlowModel):
                 tfp_maf.CouplingNetworks(
                     len(copied), len(transformed), self.hidden_units,
                     conditional_dims=self.conditional_dims,
-                    kernel_regularizer=_regularizer(self.l2), name=f"coupling_{i}",
+                    kernel_regularizer=_regularizer(self.l2), dtype=self.dtype_policy, name=f"coupling_{i}",
                 )
             )
-        self.norms = [
-            tfp_maf.ExpGammaBatchNormalization(self.event_size, name=f"batch_norm_{i}")
-            for i in range(self.num_layers)
-        ]
+        self.norms = [self._batch_norm(i) for i in range(self.num_layers)]
 
-    def distribution(self, y=None, training=False):
+    def _bijectors(self):
         bijectors = []
         for i, (nets, parity) in enumerate(zip(self.couplings, self.parities, strict=True)):
             bijectors.append(
@@ -275,7 +256,7 @@ class RealNVP(_FlowModel):
                 )
             )
             bijectors.append(self.norms[i].bijector())
-        return tfd.TransformedDistribution(_standard_normal(self.event_size, self.compute_dtype), tfb.Chain(bijectors))
+        return bijectors
 
 
 MODELS = {
@@ -298,6 +279,7 @@ def build(name: str, event_size: int, **kwargs) -> DensityModel:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; expected one of {sorted(MODELS)}.")
     cls, preset = MODELS[name]
-    if cls is Gaussian:
-        return Gaussian(event_size, conditional_dims=kwargs.get("conditional_dims"))
+    if cls is Gaussian:  # fitted in closed form: no hyper-parameters but Keras' own
+        keep = ("conditional_dims", "dtype", "name")
+        return Gaussian(event_size, **{k: v for k, v in kwargs.items() if k in keep})
     return cls(event_size, **{**preset, **kwargs})

@@ -190,7 +190,8 @@ def test_cli_trains_evaluates_and_samples(tmp_path, capsys):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["epochs"] == 2 and math.isfinite(metrics["test_log_likelihood"])
     assert metrics["expected_log_likelihood"] == pytest.approx(-3.531, abs=1e-3)
-    capsys.readouterr()
+    progress = capsys.readouterr().err  # not a terminal: one line per epoch, no bar
+    assert "epoch 1/2  loss" in progress and "epoch 2/2  loss" in progress and "[#" not in progress
     assert main(["evaluate", "--out", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["test_log_likelihood"] == pytest.approx(metrics["test_log_likelihood"], abs=1e-6)

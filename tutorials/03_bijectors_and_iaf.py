@@ -54,7 +54,10 @@ def main(fast: bool = False) -> dict:
     # 2. The IAF: the same bijectors inverted. Sampling runs each MADE once (the MAF's
     #    data -> noise direction), and log_prob of those samples reuses that pass.
     q = flow([tfb.Invert(maf)])
-    variables = [v for m in mades for v in m.trainable_variables]
+    # TFP's way to find what to train: the distribution's `tf.Module` variables, which
+    # include every weight of the MADEs' Keras layers.
+    variables = q.trainable_variables
+    assert len(variables) == sum(len(m.trainable_variables) for m in mades)
     optimizer = keras.optimizers.Adam(1e-3)
 
     @tf.function
@@ -63,7 +66,7 @@ def main(fast: bool = False) -> dict:
             z = q.sample(256)
             # The negative ELBO: E_q[log q(z) - log p(z)] = KL(q || p) here (p is normalized).
             loss = tf.reduce_mean(q.log_prob(z) - target_log_prob(z))
-        optimizer.apply(tape.gradient(loss, variables), variables)
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         return loss
 
     steps = 200 if fast else 3000

@@ -8,9 +8,10 @@ Three formats, three uses:
 
 1. ``model.save("x.keras")``: the whole Keras model (architecture, weights, optimizer
    state), to go on training or evaluating in Python with tfp_maf installed.
-2. ``export_saved_model(model, dir)``: a TensorFlow SavedModel with two signatures,
-   ``log_prob`` and ``sample``, for TF Serving, TFLite converters or any process that has
-   TensorFlow only. The mask-aware sampler is traced into it.
+2. ``model.export(dir)`` (Keras' own call): a TensorFlow SavedModel for TF Serving or
+   any process that has TensorFlow only. ``serve`` is the model's call (log p per row),
+   as Keras writes it, so ``keras.layers.TFSMLayer(dir)`` reloads it as a layer; beside
+   it, ``log_prob`` and ``sample`` (the mask-aware sampler is traced into it).
 3. ``tfp-maf export --out RUN``: the same from the command line.
 """
 
@@ -31,7 +32,6 @@ import numpy as np  # noqa: E402
 
 import keras_models as km  # noqa: E402
 from keras_models import data, training  # noqa: E402
-from keras_models.export import export_saved_model  # noqa: E402
 
 # What a serving process runs: TensorFlow only, no tfp_maf, no keras_models.
 SERVE = """
@@ -40,7 +40,8 @@ import tensorflow as tf
 served = tf.saved_model.load(sys.argv[1])
 x = tf.constant([[0.0, 0.0], [4.0, 4.0]])
 print(json.dumps({
-    "log_prob": served.log_prob(x).numpy().tolist(),
+    "log_prob": served.serve(x).numpy().tolist(),
+    "log_prob_endpoint_agrees": bool(tf.reduce_all(served.log_prob(x) == served.serve(x))),
     "sample_shape": served.sample(tf.constant(10_000), tf.constant([1, 2])).shape.as_list(),
     "tfp_maf_imported": "tfp_maf" in sys.modules,
 }))
@@ -65,7 +66,9 @@ def main(fast: bool = False) -> dict:
 
         # 2. The SavedModel, served by a process that imports TensorFlow only.
         saved = Path(tmp) / "saved_model"
-        export_saved_model(model, str(saved))
+        model.export(str(saved))
+        reloaded = keras.layers.TFSMLayer(str(saved))  # Keras' reload of the `serve` endpoint
+        print("TFSMLayer gives the same log_prob:", np.allclose(reloaded(x), model.log_prob(x), atol=1e-5))
         done = subprocess.run([sys.executable, "-c", SERVE, str(saved)], capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": ""}, check=True)
         served = json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,0 +1,294 @@
+"""What a Keras or TFP user writes first, without reading our docs, must just work.
+
+Every zoo model, float32 and float64, unconditional and conditional, NumPy and tensor
+inputs: `model.distribution(y)` as a TFP distribution, Keras' `fit` / `evaluate` /
+`predict` in their input forms, `.keras` and `model.export`, edge inputs, dtype
+policies; hand-built TFP chains with NumPy ``y``; and the command line a person runs.
+(TFP's ``bijector_test_util`` is not in its wheel; `tfp_maf.testing` holds the same
+two checks, bijective-and-finite and log-dets against autodiff, which
+``test_bijectors.py`` walks every bijector through.)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+import keras_models as km
+import tfp_maf
+from keras_models.zoo import MODELS
+from tfp_maf.testing import randomize_weights
+
+tfd, tfb = tfp.distributions, tfp.bijectors
+D, K = 3, 2
+NAMES = sorted(MODELS)
+DTYPES = ["float32", "float64"]
+
+
+def _model(name, conditional, dtype="float32"):
+    kw = {} if name == "gaussian" else dict(hidden_units=[8], num_components=2)
+    if name in ("maf5", "maf10", "realnvp5", "realnvp10", "maf-mog5"):
+        kw["num_layers"] = 2
+    model = km.build(name, D, conditional_dims=K if conditional else None, dtype=dtype, **kw)
+    for layer in model._flatten_layers(include_self=False, recursive=False):
+        randomize_weights(layer, 0, scale=0.2)  # not the identity the flows start as
+    return model
+
+
+def _data(conditional, dtype="float32", n=40, seed=0):
+    rng = np.random.RandomState(seed)
+    x = (rng.normal(size=(n, D)) * [1.0, 0.5, 2.0]).astype(dtype)
+    y = np.eye(K, dtype=dtype)[rng.randint(0, K, n)] if conditional else None
+    return x, y
+
+
+def _close(a, b, dtype):
+    tol = 1e-4 if dtype == "float32" else 1e-9
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("as_tensor", [False, True], ids=["numpy", "tensor"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
+@pytest.mark.parametrize("name", NAMES)
+def test_distribution_is_bound_to_y(name, conditional, dtype, as_tensor):
+    model = _model(name, conditional, dtype)
+    x, y = _data(conditional, dtype)
+    if name == "gaussian":
+        model.fit_closed_form(x, y)
+    if as_tensor:
+        x, y = tf.constant(x), None if y is None else tf.constant(y)
+    d = model.distribution(y)
+    log_p = d.log_prob(x)  # no keywords: y is bound
+    assert log_p.dtype == dtype and log_p.shape == [len(x)]
+    _close(log_p, model.log_prob(x, y), dtype)
+    _close(d.prob(x), np.exp(log_p), dtype)
+    batch = [] if y is None else [len(x)]
+    assert d.sample(seed=1).shape == [*batch, D]  # one x per row of y
+    assert d.sample(2, seed=1).shape == [2, *batch, D]
+    if name != "gaussian":  # TFP's MixtureSameFamily has no joint sample-and-log-prob
+        s, lp = d.experimental_sample_and_log_prob(seed=2)
+        assert s.shape == [*batch, D] and s.dtype == dtype
+        _close(lp, d.log_prob(s), dtype)
+    if conditional:  # one row of y: p(x | y) for every x
+        _close(model.distribution(y[0]).log_prob(x[:3]), model.log_prob(x[:3], y[0]), dtype)
+
+
+@pytest.mark.parametrize("name", ["maf5", "realnvp5", "maf-mog5"])
+def test_distribution_training_flag_reaches_the_batch_norms(name):
+    model = _model(name, conditional=True)
+    x, y = _data(True)
+    training, inference = model.distribution(y, training=True), model.distribution(y)
+    _close(training.log_prob(x), model.log_prob(x, y, training=True), "float32")
+    assert not np.allclose(training.log_prob(x), inference.log_prob(x))
+
+
+# maf10 and realnvp10 are MAF and RealNVP with more layers: the classes are covered.
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in ("maf10", "realnvp10")])
+def test_keras_lifecycle_in_the_models_dtype(name, conditional, dtype, tmp_path):
+    """fit, evaluate, predict, sample, .keras and model.export, all in ``dtype``.
+
+    The data comes as a `tf.data.Dataset`: Keras' adapter for NumPy arrays casts float
+    arrays to ``keras.config.floatx()`` (float32) whatever the model's dtype."""
+    model = _model(name, conditional, dtype)
+    x, y = _data(conditional, dtype)
+    inputs = x if y is None else (x, y)
+    ds = tf.data.Dataset.from_tensor_slices(inputs).batch(20)
+    if name == "gaussian":
+        model.fit_closed_form(x, y)
+        model.compile(jit_compile=False)  # to evaluate: nothing trains
+    else:
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+        history = model.fit(ds, epochs=1, verbose=0)
+        assert np.isfinite(history.history["loss"][-1])
+    assert {v.dtype for v in model.weights} == {dtype}
+    log_p = model.log_prob(x, y)
+    assert log_p.dtype == dtype
+    _close(model.predict(ds, verbose=0), log_p, dtype)
+    _close(model.evaluate(ds, verbose=0), -np.mean(log_p), dtype)
+    samples = model.sample(4, y=None if y is None else y[0], seed=1)
+    assert samples.shape == [4, D] and samples.dtype == dtype
+
+    model.save(tmp_path / "m.keras")
+    _close(keras.saving.load_model(tmp_path / "m.keras").log_prob(x, y), log_p, dtype)
+
+    model.export(str(tmp_path / "served"))
+    served = keras.layers.TFSMLayer(str(tmp_path / "served"), dtype=dtype)  # Keras' own reload
+    _close(served(inputs), log_p, dtype)
+    loaded = tf.saved_model.load(str(tmp_path / "served"))
+    _close(loaded.log_prob(*([x] if y is None else [x, y])), log_p, dtype)
+    drawn = loaded.sample(tf.constant(3), tf.constant([1, 2]), *([] if y is None else [y[0]]))
+    assert drawn.shape == [3, D] and drawn.dtype == dtype
+
+
+def test_every_keras_input_form_of_a_conditional_model():
+    x, y = _data(True, n=60)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(20)
+    model = _model("maf5", conditional=True)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    fits = [
+        lambda: model.fit(x, y, batch_size=20, epochs=1, verbose=0),
+        lambda: model.fit((x, y), batch_size=20, epochs=1, verbose=0),
+        lambda: model.fit(ds, epochs=1, verbose=0),
+        lambda: model.fit(x, y, batch_size=20, epochs=1, verbose=0, validation_data=(x, y)),
+        lambda: model.fit(x, y, batch_size=20, epochs=1, verbose=0, validation_data=((x, y),)),
+        lambda: model.fit(ds, epochs=1, verbose=0, validation_data=ds),
+        lambda: model.fit(x, y, batch_size=20, epochs=1, verbose=0, validation_split=0.25),
+        lambda: model.fit((x, y), batch_size=20, epochs=1, verbose=0, validation_split=0.25),
+    ]
+    for fit in fits:
+        assert all(np.isfinite(v[-1]) for v in fit().history.values())
+    expected = -np.mean(model.log_prob(x, y))
+    for form in [lambda: model.evaluate(x, y, batch_size=20, verbose=0),
+                 lambda: model.evaluate((x, y), batch_size=20, verbose=0),
+                 lambda: model.evaluate(ds, verbose=0)]:
+        np.testing.assert_allclose(form(), expected, rtol=1e-5)
+    np.testing.assert_allclose(model.predict((x, y), batch_size=20, verbose=0), model.log_prob(x, y), rtol=1e-5)
+    np.testing.assert_allclose(model.predict(ds, verbose=0), model.log_prob(x, y), rtol=1e-5)
+
+
+def test_sample_weights_weight_the_loss():
+    x, y = _data(True, n=40)
+    model = _model("maf5", conditional=True)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    weights = np.r_[np.ones(20), np.zeros(20)].astype(np.float32)
+    weighted = model.evaluate(x, y, sample_weight=weights, batch_size=40, verbose=0)
+    np.testing.assert_allclose(weighted, -np.mean(model.log_prob(x[:20], y[:20])), rtol=1e-5)
+
+
+@pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
+@pytest.mark.parametrize("name", NAMES)
+def test_sample_edge_inputs(name, conditional):
+    model = _model(name, conditional)
+    y = np.eye(K, dtype=np.float32)[0] if conditional else None
+    assert model.sample(0, y=y).shape == [0, D]
+    assert model.sample(np.int64(2), y=y).shape == [2, D]
+    for bad in (-1, 2.5, "3"):
+        with pytest.raises(ValueError, match="sample\\(n\\) needs an integer n >= 0, got n="):
+            model.sample(bad, y=y)
+    if conditional:
+        with pytest.raises(ValueError, match=r"sample\(n=3\) needs y of shape \[2\] or \[3, 2\]"):
+            model.sample(3, y=np.ones((2, K), np.float32))
+        assert model.sample(3, y=np.eye(K, dtype=np.float32)[[0, 1, 1]]).shape == [3, D]
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16", "bfloat16"])
+def test_16_bit_policies_are_refused_with_the_reason(policy):
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        with pytest.raises(ValueError, match=f"dtype policy is '{policy}'.*float32"):
+            km.MAF(D, hidden_units=[8])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_a_float64_global_policy_gives_a_float64_model():
+    keras.mixed_precision.set_global_policy("float64")
+    try:
+        model = km.MAF(D, hidden_units=[8], num_layers=2)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    x, _ = _data(False, "float64")
+    model.compile(optimizer="adam", jit_compile=False)
+    model.fit(x, epochs=1, batch_size=20, verbose=0)
+    assert {v.dtype for v in model.weights} == {"float64"} and model.sample(2).dtype == tf.float64
+
+
+def test_keras_serialization_round_trip():
+    for name in NAMES:
+        model = _model(name, conditional=True)
+        config = keras.saving.serialize_keras_object(model)
+        again = keras.saving.deserialize_keras_object(config)
+        assert type(again) is type(model) and again.get_config() == model.get_config(), name
+
+
+# -- a TFP user's hand-built chains --------------------------------------------------------
+
+
+def _chain(num_components=None):
+    mades = [tfp_maf.MADE(D, [8], conditional_dims=K, seed=i) for i in range(3)]
+    for made in mades:
+        randomize_weights(made, 1, scale=0.2)
+    chain = tfb.Chain([
+        tfp_maf.MaskedAutoregressive(mades[0], name="maf_0"),
+        tfb.Permute([2, 0, 1]),
+        tfb.Chain([tfp_maf.MaskedAutoregressive(mades[1], name="maf_1")]),
+        tfb.Invert(tfp_maf.MaskedAutoregressive(mades[2], name="iaf")),
+    ])
+    return tfd.TransformedDistribution(tfd.MultivariateNormalDiag(loc=np.zeros(D, np.float32)), chain)
+
+
+@pytest.mark.parametrize("form", ["numpy", "list", "tensor", "one_row"])
+def test_hand_built_chains_take_y_in_any_form(form):
+    flow = _chain()
+    x, y = _data(True, n=5)
+    given = {"numpy": y, "list": y.tolist(), "tensor": tf.constant(y), "one_row": y[0]}[form]
+    kw = tfp_maf.flow_kwargs(flow.bijector, conditional_input=given)
+    log_p = flow.log_prob(x, bijector_kwargs=kw)
+    as_tensor = tf.constant(y[:1] if form == "one_row" else y)
+    reference = flow.log_prob(x, bijector_kwargs=tfp_maf.flow_kwargs(flow.bijector, as_tensor))
+    np.testing.assert_allclose(log_p, reference, rtol=1e-5)
+    assert flow.sample(5, bijector_kwargs=kw, seed=1).shape == [5, D]
+    s, lp = tfp_maf.bind_kwargs(flow, given).experimental_sample_and_log_prob(5, seed=3)
+    np.testing.assert_allclose(lp, flow.log_prob(s, bijector_kwargs=kw), rtol=1e-4, atol=1e-4)
+
+
+def test_conditional_iaf_samples_with_its_log_prob():
+    made = tfp_maf.MADE(D, [8], conditional_dims=K, seed=4)
+    randomize_weights(made, 4, scale=0.2)
+    base = tfd.MultivariateNormalDiag(loc=np.zeros(D, np.float32))
+    iaf = tfd.TransformedDistribution(base, tfb.Invert(tfp_maf.MaskedAutoregressive(made, name="iaf")))
+    y = np.eye(K, dtype=np.float32)[[0, 1, 1, 0]]
+    s, lp = iaf.experimental_sample_and_log_prob(4, seed=5, bijector_kwargs={"conditional_input": y})
+    np.testing.assert_allclose(lp, iaf.log_prob(tf.identity(s), bijector_kwargs={"conditional_input": y}),
+                               rtol=1e-4, atol=1e-4)
+
+
+# -- the command line a person runs ---------------------------------------------------------
+
+
+def test_cli_help_imports_no_tensorflow_and_is_silent():
+    """``tfp-maf train --help`` answers without TensorFlow (what made it take 8 s)."""
+    probe = (
+        "import sys\nfrom keras_models.cli import main\ntry:\n    main(['train', '--help'])\n"
+        "except SystemExit:\n    pass\n"
+        "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: tfp-maf train") and done.stderr == ""
+
+
+@pytest.mark.parametrize("bar", [False, True], ids=["log", "terminal"])
+def test_training_progress_shows_epochs_best_and_time_left(bar):
+    import io
+
+    from keras_models.progress import TrainingProgress
+
+    model = _model("made", conditional=False)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    x, _ = _data(False, n=60)
+    stream = io.StringIO()
+    progress = TrainingProgress(max_epochs=2, patience=30, stream=stream, bar=bar)
+    model.fit(x, batch_size=20, epochs=2, validation_data=(x,), verbose=0, callbacks=[progress])
+    lines = stream.getvalue().split("\n")
+    assert lines[0].startswith("training made") and "3 steps per epoch" in lines[0]
+    assert "epoch 2/2  loss" in lines[2] and "val_loss" in lines[2] and "best" in lines[2]
+    assert "elapsed, at most" in lines[2] and lines[3] == ""
+    assert ("[########################] 3/3" in stream.getvalue()) == bar  # the bar, on a terminal only
+
+
+def test_cli_choices_match_the_zoo_and_the_loaders():
+    from keras_models import cli
+    from keras_models.data import LOADERS
+
+    assert sorted(cli.MODEL_NAMES) == sorted(MODELS)
+    assert sorted(cli.DATASET_NAMES) == sorted(LOADERS)
