@@ -184,7 +184,7 @@ def test_sample_edge_inputs(name, conditional):
 def test_16_bit_policies_are_refused_with_the_reason(policy):
     keras.mixed_precision.set_global_policy(policy)
     try:
-        with pytest.raises(ValueError, match=f"dtype policy is '{policy}'.*float32"):
+        with pytest.raises(ValueError, match=f"dtype policy is .{policy}."):
             km.MAF(D, hidden_units=[8])
     finally:
         keras.mixed_precision.set_global_policy("float32")
