@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import operator
 
@@ -19,7 +20,8 @@ __all__ = ["DensityModel", "unpack"]
 
 def _halves(x, y):
     """``(x, y)`` split in two along the batch axis: ``[(x_1, y_1), (x_2, y_2)]``."""
-    sizes = [x.shape[0] // 2, x.shape[0] - x.shape[0] // 2]
+    rows = tf.shape(x)[0]
+    sizes = tf.stack([rows // 2, rows - rows // 2])
     xs = tf.split(x, sizes, axis=0)
     ys = [None, None] if y is None else tf.split(y, sizes, axis=0)
     return list(zip(xs, ys, strict=True))
@@ -145,32 +147,51 @@ class DensityModel(keras.Model):
             )
         return y
 
-    #: Evaluation-mode batches of at least this many rows (static shape, in a graph)
-    #: run as two independent halves. The halves' ops do not depend on each other, so
-    #: TF's executor overlaps one half's small ops (the thin first and last matmuls of
-    #: each MADE, the elementwise tails) with the other's large matmuls; on a 2-core CPU
-    #: that made config A of ``benchmarks/speed.py`` about 10% faster. Batches are
-    #: never split in training mode, where batch norm reads the whole batch's statistics.
+    #: Evaluation-mode batches of at least this many rows (in a graph) run as two
+    #: independent halves. The halves' ops do not depend on each other, so TF's
+    #: executor overlaps one half's small ops (the thin first and last matmuls of each
+    #: MADE, the elementwise tails) with the other's large matmuls; on a 2-core CPU that
+    #: made config A of ``benchmarks/speed.py`` about 10% faster. Batches are never
+    #: split in training mode, where batch norm reads the whole batch's statistics.
     split_log_prob_rows = 4096
 
     def log_prob(self, x, y=None, training: bool = False) -> tf.Tensor:
         x, y = self._check(x, y)
-        if not training and self._splits(x, y):
-            return tf.concat([self._log_prob(*half, training) for half in _halves(x, y)], axis=0)
-        return self._log_prob(x, y, training)
+        if training:
+            return self._log_prob(x, y, True)
+        halves = self._splits(x, y)
+        if tf.executing_eagerly():
+            # One traced program per model for every batch size: an eager TFP call costs
+            # tens of milliseconds in Python, whatever the batch.
+            fn = functools.partial(self._evaluation_log_prob, halves=halves)
+            return self._traced(f"log_prob, in halves: {halves}", y is not None, fn)(x, y)
+        return self._evaluation_log_prob(x, y, halves)
 
     def _log_prob(self, x, y, training):
         return self._distribution(y, training).log_prob(x)
 
+    def _evaluation_log_prob(self, x, y, halves: bool):
+        return self._in_halves(x, y) if halves else self._log_prob(x, y, False)
+
     def _splits(self, x, y) -> bool:
-        """Whether `log_prob` splits this batch: in a graph, ``x`` of static shape
-        ``[N, D]`` with ``N >= split_log_prob_rows``, and ``y`` (if any) ``[N, K]``."""
-        if tf.executing_eagerly() or x.shape.rank != 2 or x.shape[0] is None:
-            return False  # eager ops run one at a time: nothing would overlap
-        rows = x.shape[0]
-        if y is not None and (y.shape.rank != 2 or y.shape[0] != rows):
+        """Whether evaluation-mode `log_prob` splits this batch in halves: ``x`` of
+        static shape ``[N, D]`` with ``N >= split_log_prob_rows``, and ``y`` (if any)
+        ``[N, K]``."""
+        rows = x.shape[0] if x.shape.rank == 2 else None
+        if rows is None or (y is not None and (y.shape.rank != 2 or y.shape[0] != rows)):
             return False
         return rows >= self.split_log_prob_rows
+
+    def _in_halves(self, x, y):
+        return tf.concat([self._log_prob(*half, False) for half in _halves(x, y)], axis=0)
+
+    def _traced(self, name: str, has_y: bool, fn):
+        """``fn`` as a `tf.function` of this model, one per (``name``, whether y is given).
+        Its batch dimension relaxes to None on the second size: at most two traces."""
+        cache = self.__dict__.setdefault("_traced_calls", {})  # not a Keras-tracked attribute
+        if (name, has_y) not in cache:
+            cache[name, has_y] = tf.function(fn, reduce_retracing=True)
+        return cache[name, has_y]
 
     def call(self, inputs, training=False):
         x, y, _ = unpack(inputs)
@@ -180,9 +201,14 @@ class DensityModel(keras.Model):
         """``[n, D]`` samples.
 
         For a conditional model ``y`` is one row ``[K]`` (every sample given it) or
-        ``[n, K]`` (one row per sample). ``seed``: an int, or two int32s (stateless).
+        ``[n, K]`` (one row per sample). ``seed``: an int or two int32s; either gives
+        the same samples on every call (an int ``s`` is the stateless seed ``(0, s)``).
         """
         n = _check_count(n, self.name)
+        if isinstance(seed, int):  # TFP would read an int as a stateful op seed
+            seed = [0, seed]
+        if seed is not None:  # a stateless seed: two int32s
+            seed = tf.cast(seed, tf.int32)
         y = self._check_y(y)
         if y is not None and y.shape.rank == 2:
             rows = y.shape[0]
@@ -191,12 +217,20 @@ class DensityModel(keras.Model):
                     f"{self.name}: sample(n={n}) needs y of shape [{self.conditional_dims}] or "
                     f"[{n}, {self.conditional_dims}], got shape {y.shape.as_list()}."
                 )
-            return self._distribution(y, False).sample(seed=seed)  # one x per row of y
-        if y is not None and y.shape.rank != 1:
+        elif y is not None and y.shape.rank != 1:
             raise ValueError(
                 f"{self.name}: sample(n) needs y of shape [{self.conditional_dims}] or "
                 f"[n, {self.conditional_dims}], got shape {y.shape.as_list()}."
             )
+        if tf.executing_eagerly():  # one traced program per model for every n (see log_prob)
+            n = tf.cast(n, tf.int32)
+            key = f"sample, y of rank {None if y is None else y.shape.rank}, seed {seed is not None}"
+            return self._traced(key, False, self._draw)(n, y, seed)
+        return self._draw(n, y, seed)
+
+    def _draw(self, n, y, seed):
+        if y is not None and y.shape.rank == 2:
+            return self._distribution(y, False).sample(seed=seed)  # one x per row of y
         return self._distribution(y, False).sample(n, seed=seed)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):

@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["SequentialPlan", "sequential_pass"]
+__all__ = ["SequentialPlan", "compiled_programs", "sequential_pass"]
 
 
 class SequentialPlan:
@@ -86,20 +87,18 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
     # costs microseconds, where the graph executor's copies of the state cost ~1 ms.
     cache = made.__dict__.setdefault("_compiled_sequential", {})
     if key not in cache:
-        loop = tf.function(
-            lambda noise, y, weights: _chunked_loop(made, emit, noise, y, weights),
-            jit_compile=True, reduce_retracing=True,
-        )
-        # A graph (also when called eagerly), so that the parts' loops run at once.
-        cache[key] = tf.function(
-            lambda noise, y, weights, parts: _unless_empty(
-                made, noise, lambda: _in_parts(made, loop, parts, noise, y, weights)
-            ),
-            reduce_retracing=True,
-        )
-    compiled = cache[key]
+        # One chunk of the batch a call, so that XLA compiles one program per chunk size
+        # (`_chunk_sizes`: a few), not one per batch size: a notebook or a server asking
+        # for samples of every size would otherwise compile (and keep) a program each time.
+        loops = _Loops(made, emit)
+        # A graph (also when called eagerly), so that the parts' loops run at once; its
+        # batch dimension relaxes to None on the second size, so it traces at most twice.
+        outer = _traced_on_purpose(tf.function(
+            lambda noise, y, weights: _sample_graph(made, loops, noise, y, weights), reduce_retracing=True
+        ))
+        cache[key] = _Compiled(outer, loops)
+    compiled = cache[key].outer
     flat = tf.nest.flatten(noise)
-    parts = _parts(made, flat[0].shape[1])
     has_y = conditional_input is not None
     args = [*flat, conditional_input] if has_y else flat
 
@@ -112,7 +111,7 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
         y = args[-1] if has_y else None
         frozen = lambda t: None if t is None else tf.stop_gradient(t)  # noqa: E731
         out = compiled(tf.nest.map_structure(frozen, noise_args), frozen(y),
-                       tf.nest.map_structure(frozen, _read_weights(made)), parts)
+                       tf.nest.map_structure(frozen, _read_weights(made)))
 
         def grad(*upstream, variables=None):
             variables = list(variables or [])
@@ -164,19 +163,94 @@ def _parts(made, batch: int | None) -> int:
     return parts
 
 
-def _in_parts(made, loop, parts: int, noise, conditional_input, weights):
-    """``loop`` (`_chunked_loop`, compiled) on ``parts`` equal slices of the batch.
+class _Loops:
+    """The XLA-compiled D-step loop of one MADE and ``emit``, one function per chunk size
+    (so each traces once: one XLA program per chunk size)."""
+
+    def __init__(self, made, emit: Callable):
+        self.made, self.emit, self.by_chunk = made, emit, {}
+
+    def __call__(self, chunk: int) -> Callable:
+        if chunk not in self.by_chunk:
+            made, emit = self.made, self.emit
+            self.by_chunk[chunk] = _traced_on_purpose(tf.function(
+                lambda noise, y, prepared: _run_prepared(made, emit, noise, y, prepared), jit_compile=True
+            ))
+        return self.by_chunk[chunk]
+
+    def programs(self) -> int:
+        return sum(f.experimental_get_tracing_count() for f in self.by_chunk.values())
+
+
+def _traced_on_purpose(function):
+    """``function`` without TF's "frequent retracing" warning. TF counts traces per Python
+    function across instances: every MADE of a flow (and every chunk size) traces the
+    same lambda once, by design and a bounded number of times, which TF would report as
+    a retracing problem."""
+    function._omit_frequent_tracing_warning = True
+    return function
+
+
+class _Compiled(NamedTuple):
+    """A MADE's compiled sampler for one ``emit``: the graph over the whole batch, and the
+    XLA loops it calls on one chunk at a time."""
+
+    outer: Callable
+    loops: _Loops
+
+
+def compiled_programs(made) -> dict:
+    """``{key: (graph traces, XLA programs)}`` of ``made``'s compiled samplers, one entry
+    per ``emit`` (`sequential_pass`'s ``key``). Both stay bounded, whatever batch sizes
+    the MADE samples: at most two traces of the graph (a static, then a relaxed batch
+    size) and one XLA program per chunk size (`_chunk_sizes`). For tests and diagnostics."""
+    return {
+        key: (c.outer.experimental_get_tracing_count(), c.loops.programs())
+        for key, c in made.__dict__.get("_compiled_sequential", {}).items()
+    }
+
+
+def _chunk_sizes(made) -> list[int]:
+    """The batch sizes the XLA loop is compiled for: powers of two from 8 for batches
+    smaller than a chunk (at most 2x padding, no more programs than about log2 of the
+    chunk), then the full chunk (`_chunk_size`), which larger batches are cut into."""
+    full = _chunk_size(made)
+    return [c for c in (2**k for k in range(3, 31)) if c < full] + [full]
+
+
+def _sample_graph(made, loops: _Loops, noise, conditional_input, weights):
+    """The compiled pass over a batch of any size: the weights laid out once, the batch
+    cut into chunks of one of `_chunk_sizes`, chosen at run time when the batch size is
+    not static, each chunk a call of the XLA ``loop``."""
+    first = tf.nest.flatten(noise)[0]
+    prepared = _prepare_tensors(made, weights, first.dtype)
+    sizes, static = _chunk_sizes(made), first.shape[1]
+
+    def run(chunk):
+        # Concurrent parts only for full chunks: a smaller batch fits in one.
+        parts = _parts(made, static) if chunk == sizes[-1] else 1
+        return _unless_empty(
+            made, noise, lambda: _in_parts(made, loops(chunk), parts, chunk, noise, conditional_input, prepared)
+        )
+
+    if static is not None:
+        return run(next((c for c in sizes if c >= static), sizes[-1]))
+    index = tf.reduce_sum(tf.cast(tf.shape(first)[1] > tf.constant(sizes[:-1], tf.int32), tf.int32))
+    return tf.switch_case(index, [lambda c=c: run(c) for c in sizes])
+
+
+def _in_parts(made, loop, parts: int, chunk: int, noise, conditional_input, prepared):
+    """`_chunked` on ``parts`` equal slices of the batch.
 
     The calls share no inputs or outputs, so TF's executor runs them concurrently,
     one per inter-op thread. Each slice is a whole number of chunks (the batch is
-    zero-padded, the padding dropped), so that every call has one shape and XLA
-    compiles the loop once.
+    zero-padded, the padding dropped).
     """
     if parts == 1:
-        return loop(noise, conditional_input, weights)
+        return _chunked(made, loop, chunk, noise, conditional_input, prepared)
     flat = tf.nest.flatten(noise)
     batch = tf.shape(flat[0])[1]
-    unit = parts * _chunk_size(made)  # one chunk per part
+    unit = parts * chunk  # one chunk per part
     pad = (unit - batch % unit) % unit
 
     def split(t, axis):
@@ -184,7 +258,10 @@ def _in_parts(made, loop, parts: int, noise, conditional_input, weights):
 
     noises = list(zip(*[split(t, 1) for t in flat], strict=True))
     ys = [None] * parts if conditional_input is None else split(conditional_input, 0)
-    outs = [loop(tf.nest.pack_sequence_as(noise, list(n)), y, weights) for n, y in zip(noises, ys, strict=True)]
+    outs = [
+        _chunked(made, loop, chunk, tf.nest.pack_sequence_as(noise, list(n)), y, prepared)
+        for n, y in zip(noises, ys, strict=True)
+    ]
     return tuple(tf.concat(o, axis=0)[:batch] for o in zip(*outs, strict=True))
 
 
@@ -203,11 +280,10 @@ def _pad_axis(t, axis: int, pad):
     return tf.pad(t, [[0, 0]] * axis + [[0, pad]] + [[0, 0]] * (t.shape.rank - axis - 1))
 
 
-def _chunked_loop(made, emit, noise, conditional_input, weights):
-    """The loop of `_loop_for` over batch chunks, one after the other."""
+def _chunked(made, loop, chunk: int, noise, conditional_input, prepared):
+    """The XLA ``loop`` over the batch in chunks of ``chunk`` rows, one after the other
+    (the batch zero-padded to whole chunks, the padding dropped)."""
     flat = tf.nest.flatten(noise)
-    loop = _loop_for(made, weights, flat[0].dtype)
-    chunk = _chunk_size(made, flat[0].shape[1])
     batch = tf.shape(flat[0])[1]
     n_chunks = (batch + chunk - 1) // chunk
     pad = n_chunks * chunk - batch
@@ -217,14 +293,20 @@ def _chunked_loop(made, emit, noise, conditional_input, weights):
         shape = tf.concat([tf.shape(t)[:axis], [n_chunks, chunk], tf.shape(t)[axis + 1 :]], 0)
         return tf.experimental.numpy.moveaxis(tf.reshape(t, shape), axis, 0)
 
+    def static(t, axis):  # a chunk's shape, static, so that XLA sees one shape per chunk size
+        return t.shape[:axis] + [chunk] + t.shape[axis + 1 :]
+
     elems = [split(t, 1) for t in flat]
+    shapes = [static(t, 1) for t in flat]
     if conditional_input is not None:
         elems.append(split(conditional_input, 0))
+        shapes.append(static(conditional_input, 0))
 
     def one_chunk(args):
+        args = [tf.ensure_shape(a, s) for a, s in zip(args, shapes, strict=True)]
         noise_c = tf.nest.pack_sequence_as(noise, list(args[: len(flat)]))
         y_c = args[-1] if conditional_input is not None else None
-        return loop(emit, noise_c, y_c)
+        return loop(noise_c, y_c, prepared)
 
     dtype = flat[0].dtype
     x, extra = tf.map_fn(one_chunk, elems, fn_output_signature=(dtype, dtype), parallel_iterations=1)
@@ -326,6 +408,24 @@ def _prepare(made, weights, dtype, S: int) -> dict:
     y_kernels = weights["conditional"]
     out["conditional"] = [sorted_cols(v, o, r) for v, (o, r) in zip(y_kernels, y_orders, strict=bool(y_kernels))]
     return out
+
+
+def _prepare_tensors(made, weights, dtype) -> dict:
+    """The weights as the loop reads them: as they are step by step, else laid out for
+    blocks (`_prepare`) without the static `_Layout`, which `_run_prepared` rebuilds (a
+    tf.function argument must be tensors)."""
+    S = _block_steps(made)
+    if S == 1:
+        return weights
+    return {k: v for k, v in _prepare(made, weights, dtype, S).items() if k != "layout"}
+
+
+def _run_prepared(made, emit, noise, conditional_input, prepared):
+    """The D-step loop on weights from `_prepare_tensors`."""
+    S = _block_steps(made)
+    if S == 1:
+        return _stepwise_loop(made, emit, noise, conditional_input, prepared)
+    return _blocked_loop(made, emit, noise, conditional_input, {**prepared, "layout": _Layout(made, S)})
 
 
 def _loop_for(made, weights, dtype) -> Callable:

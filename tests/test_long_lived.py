@@ -1,0 +1,87 @@
+"""Long-lived processes: calls of every size trace and compile a bounded number of times.
+
+Deterministic counts, no timings: the number of traces of the model's own functions and
+of the sampler's graph, and the number of XLA programs, stay fixed however many batch
+and sample sizes come; a seed fixes the samples whatever the chunking; a deleted model
+leaves no strong reference behind.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import keras
+import numpy as np
+import pytest
+
+import keras_models as km
+import tfp_maf
+from tfp_maf.layers import sequential
+from tfp_maf.testing import randomize_weights
+
+D, K = 5, 3
+SIZES = [1, 7, 16, 33, 100, 257, 300, 2, 1000, 64, 5]
+
+
+def _model(name, conditional=False):
+    kw = dict(hidden_units=[16], num_components=2)
+    if name in ("maf5", "maf-mog5"):
+        kw["num_layers"] = 2
+    model = km.build(name, D, conditional_dims=K if conditional else None, **kw)
+    for layer in model._flatten_layers(include_self=False, recursive=False):
+        randomize_weights(layer, 0, scale=0.2)
+    return model
+
+
+def _traces(model) -> dict:
+    return {key: f.experimental_get_tracing_count() for key, f in model.__dict__.get("_traced_calls", {}).items()}
+
+
+def _programs(model) -> list:
+    return [p for m in model._flatten_layers() for p in sequential.compiled_programs(m).values()]
+
+
+@pytest.mark.parametrize("name, conditional", [("maf5", False), ("made-mog", True), ("maf-mog5", True)])
+def test_calls_of_every_size_trace_and_compile_a_bounded_number_of_times(name, conditional, monkeypatch):
+    # Chunks of 16 rows: two chunk sizes (8, 16) to compile, and batches of many chunks.
+    monkeypatch.setattr(sequential, "_chunk_size", lambda made, batch=None: 16)
+    model = _model(name, conditional)
+    rng = np.random.default_rng(0)
+    y_row = np.eye(K, dtype=np.float32)[1] if conditional else None
+    for n in SIZES[:4]:  # warm-up: the first sizes may each trace
+        model.sample(n, y=y_row)
+        model.log_prob(rng.normal(size=(n, D)).astype(np.float32), None if y_row is None else np.tile(y_row, (n, 1)))
+    traces, programs = _traces(model), _programs(model)
+    for n in SIZES[4:]:
+        model.sample(n, y=y_row)
+        model.log_prob(rng.normal(size=(n, D)).astype(np.float32), None if y_row is None else np.tile(y_row, (n, 1)))
+    assert _traces(model) == traces and all(count <= 2 for count in traces.values()), traces
+    mades = [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADE)]
+    chunk_sizes = max(len(sequential._chunk_sizes(m)) for m in mades)
+    now = _programs(model)
+    assert all(graph <= 2 and xla <= chunk_sizes for graph, xla in now), now
+
+
+def test_a_seed_fixes_the_samples_whatever_the_chunking(monkeypatch):
+    model = _model("maf5")
+    default = model.sample(300, seed=7).numpy()
+    np.testing.assert_array_equal(model.sample(300, seed=7), default)  # an int seed is stateless
+    again = _model("maf5")  # the same weights, a fresh sampler
+    monkeypatch.setattr(sequential, "_chunk_size", lambda made, batch=None: 16)
+    np.testing.assert_allclose(again.sample(300, seed=7), default, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(model.sample(300, seed=8), default)
+
+
+def test_a_deleted_model_leaves_no_strong_reference():
+    x = np.random.default_rng(1).normal(size=(100, D)).astype(np.float32)
+    model = _model("maf5")
+    model.compile(optimizer="adam")
+    model.fit(x, batch_size=50, epochs=1, verbose=0)
+    model.log_prob(x[:3])
+    model.sample(4)
+    ref = weakref.ref(model)
+    del model
+    keras.backend.clear_session()
+    gc.collect()
+    assert ref() is None
