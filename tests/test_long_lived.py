@@ -52,7 +52,7 @@ def test_calls_of_every_size_trace_and_compile_a_bounded_number_of_times(name, c
     for n in SIZES[:4]:  # warm-up: the first sizes may each trace
         model.sample(n, y=y_row)
         model.log_prob(rng.normal(size=(n, D)).astype(np.float32), None if y_row is None else np.tile(y_row, (n, 1)))
-    traces, programs = _traces(model), _programs(model)
+    traces = _traces(model)
     for n in SIZES[4:]:
         model.sample(n, y=y_row)
         model.log_prob(rng.normal(size=(n, D)).astype(np.float32), None if y_row is None else np.tile(y_row, (n, 1)))
