@@ -12,6 +12,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tfp_maf import ExpGammaBatchNorm, ExpGammaBatchNormalization, apply_masks, flow_kwargs
+from tfp_maf.layers.sequential import without_gradients
 
 tfd = tfp.distributions
 
@@ -164,7 +165,7 @@ class DensityModel(keras.Model):
             # One traced program per model for every batch size: an eager TFP call costs
             # tens of milliseconds in Python, whatever the batch.
             fn = functools.partial(self._evaluation_log_prob, halves=halves)
-            return self._traced(f"log_prob, in halves: {halves}", y is not None, fn)(x, y)
+            return self._traced(f"log_prob, in halves: {halves}", y, fn)(x, y)
         return self._evaluation_log_prob(x, y, halves)
 
     def _log_prob(self, x, y, training):
@@ -185,13 +186,19 @@ class DensityModel(keras.Model):
     def _in_halves(self, x, y):
         return tf.concat([self._log_prob(*half, False) for half in _halves(x, y)], axis=0)
 
-    def _traced(self, name: str, has_y: bool, fn):
-        """``fn`` as a `tf.function` of this model, one per (``name``, whether y is given).
-        Its batch dimension relaxes to None on the second size: at most two traces."""
+    def _traced(self, name: str, y, fn):
+        """``fn`` as a `tf.function` of this model, one per ``name`` and rank of ``y`` (a
+        relaxed rank would leave the layers' widths unknown). Its batch dimension relaxes
+        to None on the second size: at most two traces each."""
         cache = self.__dict__.setdefault("_traced_calls", {})  # not a Keras-tracked attribute
-        if (name, has_y) not in cache:
-            cache[name, has_y] = tf.function(fn, reduce_retracing=True)
-        return cache[name, has_y]
+        key = (name, None if y is None else y.shape.rank)
+        if key not in cache:
+            traced = tf.function(fn, reduce_retracing=True)
+            # TF counts traces per method across models: a sweep's models each trace once,
+            # by design, which TF would report as a retracing problem.
+            traced._omit_frequent_tracing_warning = True
+            cache[key] = traced
+        return cache[key]
 
     def call(self, inputs, training=False):
         x, y, _ = unpack(inputs)
@@ -224,14 +231,17 @@ class DensityModel(keras.Model):
             )
         if tf.executing_eagerly():  # one traced program per model for every n (see log_prob)
             n = tf.cast(n, tf.int32)
-            key = f"sample, y of rank {None if y is None else y.shape.rank}, seed {seed is not None}"
-            return self._traced(key, False, self._draw)(n, y, seed)
+            return self._traced(f"sample, seed {seed is not None}", y, self._draw)(n, y, seed)
         return self._draw(n, y, seed)
 
     def _draw(self, n, y, seed):
-        if y is not None and y.shape.rank == 2:
-            return self._distribution(y, False).sample(seed=seed)  # one x per row of y
-        return self._distribution(y, False).sample(n, seed=seed)
+        # Values only: no gradient machinery kept per trace (`sequential.without_gradients`);
+        # model.distribution().sample() under a tape is the differentiable path.
+        with without_gradients():
+            dist = self._distribution(y, False)
+            if y is not None and y.shape.rank == 2:
+                return dist.sample(seed=seed)  # one x per row of y
+            return dist.sample(n, seed=seed)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
         """Keras' export, with this model's endpoints (`keras_models.export`).

@@ -101,7 +101,7 @@ class CouplingNetworks(keras.layers.Layer):
                 axis=-1,
             )
         # Dense layers want a matrix: flatten the batch, restore it at the end.
-        h = tf.reshape(h, [-1, h.shape[-1]])
+        h = tf.reshape(h, [-1, self.num_copied + (self.conditional_dims or 0)])
         log_scale, shift = h, h
         for layer in self.scale_net:
             log_scale = layer(log_scale)

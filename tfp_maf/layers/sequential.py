@@ -35,14 +35,16 @@ mixture head (`MADEMoG` sampling); ``emit`` turns the outputs of one variable in
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["SequentialPlan", "compiled_programs", "sequential_pass"]
+__all__ = ["SequentialPlan", "compiled_programs", "sequential_pass", "without_gradients"]
 
 
 class SequentialPlan:
@@ -60,6 +62,28 @@ class SequentialPlan:
             np.searchsorted(np.sort(d, kind="stable"), np.arange(D + 1), side="right").astype(np.int32)
             for d in hidden_degrees
         ]
+
+
+_WITHOUT_GRADIENTS = threading.local()
+_WITHOUT_GRADIENTS.active = False
+
+
+@contextlib.contextmanager
+def without_gradients():
+    """Within it, `sequential_pass` gives samples that carry no gradient.
+
+    `tf.custom_gradient`, which the differentiable path needs, registers a gradient
+    function per trace in a registry TF never empties, and that function holds the
+    traced graph: a process that traces samplers for many models (a sweep) keeps them
+    all. Callers that only want values (`keras_models.DensityModel.sample`) trace under
+    this instead.
+    """
+    before = getattr(_WITHOUT_GRADIENTS, "active", False)
+    _WITHOUT_GRADIENTS.active = True
+    try:
+        yield
+    finally:
+        _WITHOUT_GRADIENTS.active = before
 
 
 def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=None):
@@ -101,6 +125,10 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
     flat = tf.nest.flatten(noise)
     has_y = conditional_input is not None
     args = [*flat, conditional_input] if has_y else flat
+    if _WITHOUT_GRADIENTS.active:
+        frozen = lambda t: None if t is None else tf.stop_gradient(t)  # noqa: E731
+        return compiled(tf.nest.map_structure(frozen, noise), frozen(conditional_input),
+                        tf.nest.map_structure(frozen, _read_weights(made)))
 
     # Differentiating an XLA while loop from outside XLA fails (its per-step stack is a
     # TensorList), so the compiled loop gets only stop-gradient inputs, weights included,
@@ -210,12 +238,17 @@ def compiled_programs(made) -> dict:
     }
 
 
+#: Batches up to this many rows run as one chunk of this size (`_chunk_sizes`).
+SMALL_CHUNK = 64
+
+
 def _chunk_sizes(made) -> list[int]:
-    """The batch sizes the XLA loop is compiled for: powers of two from 8 for batches
-    smaller than a chunk (at most 2x padding, no more programs than about log2 of the
-    chunk), then the full chunk (`_chunk_size`), which larger batches are cut into."""
+    """The batch sizes the XLA loop is compiled for: SMALL_CHUNK rows for small batches,
+    and the full chunk (`_chunk_size`), which larger batches are cut into. Two programs:
+    each chunk size is a traced graph per MADE that the process keeps, and a batch of
+    one padded to 64 rows costs about what one row does (the D steps' overhead)."""
     full = _chunk_size(made)
-    return [c for c in (2**k for k in range(3, 31)) if c < full] + [full]
+    return [SMALL_CHUNK, full] if SMALL_CHUNK < full else [full]
 
 
 def _sample_graph(made, loops: _Loops, noise, conditional_input, weights):
