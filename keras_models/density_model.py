@@ -372,17 +372,15 @@ class DensityModel(keras.Model):
         reads the layers' variables when it runs, so statistics set in between are seen,
         and it is traced once for all the bijectors (one function per bijector would be
         a dozen traces, each a retracing warning from TF)."""
-        steps = self.__dict__.setdefault("_inverse_steps", {})
-        if last not in steps:
-            def step(c, yy, index):
-                dist = self._distribution(None if yy is None else yy[:1], training=False)
-                def inverse(b):
-                    return lambda: b.inverse(c, **flow_kwargs(b, conditional_input=yy))
+        def step(c, yy, index):
+            dist = self._distribution(None if yy is None else yy[:1], training=False)
+            def inverse(b):
+                return lambda: b.inverse(c, **flow_kwargs(b, conditional_input=yy))
 
-                return tf.switch_case(index, [inverse(b) for b in dist.bijector.bijectors[:last]])
+            return tf.switch_case(index, [inverse(b) for b in dist.bijector.bijectors[:last]])
 
-            steps[last] = tf.function(step, reduce_retracing=True)
-        return steps[last]
+        # y, when given, is always [N, K]: one function whatever it is.
+        return self._traced(f"inverse step to {last}", None, step)
 
     @property
     def _batch_norm_by_name(self) -> dict:
