@@ -12,6 +12,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tfp_maf import ExpGammaBatchNorm, ExpGammaBatchNormalization, apply_masks, flow_kwargs
+from tfp_maf._graph_memory import custom_gradients_released
 from tfp_maf.layers.sequential import without_gradients
 
 tfd = tfp.distributions
@@ -304,6 +305,10 @@ class DensityModel(keras.Model):
         return [self.loss_tracker]
 
     def train_step(self, data):
+        with custom_gradients_released():  # else the trace outlives the model
+            return self._train_step(data)
+
+    def _train_step(self, data):
         x, y, sample_weight = unpack(data)
         with tf.GradientTape() as tape:
             nll = -_weighted_mean(self.log_prob(x, y, training=True), sample_weight)

@@ -3,7 +3,7 @@
 Deterministic counts, no timings: the number of traces of the model's own functions and
 of the sampler's graph, and the number of XLA programs, stay fixed however many batch
 and sample sizes come; a seed fixes the samples whatever the chunking; a deleted model
-leaves no strong reference behind.
+leaves no strong reference, no traced graph and no registered gradient behind.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import weakref
 import keras
 import numpy as np
 import pytest
+from tensorflow.python.framework import ops
+from tensorflow.python.framework.func_graph import FuncGraph
 
 import keras_models as km
 import tfp_maf
@@ -39,7 +41,8 @@ def _traces(model) -> dict:
 
 
 def _programs(model) -> list:
-    return [p for m in model._flatten_layers() for p in sequential.compiled_programs(m).values()]
+    mades = [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADE)]
+    return [p for m in mades for p in sequential.compiled_programs(m).values()]
 
 
 @pytest.mark.parametrize("name, conditional", [("maf5", False), ("made-mog", True), ("maf-mog5", True)])
@@ -85,3 +88,39 @@ def test_a_deleted_model_leaves_no_strong_reference():
     keras.backend.clear_session()
     gc.collect()
     assert ref() is None
+
+
+def _fit_use_and_delete(jit_compile):
+    x = np.random.default_rng(1).normal(size=(100, D)).astype(np.float32)
+    model = _model("maf5")
+    model.compile(optimizer="adam", jit_compile=jit_compile)
+    model.fit(x, batch_size=50, epochs=1, verbose=0)
+    model.evaluate(x, batch_size=50, verbose=0)
+    model.log_prob(x[:3])
+    model.sample(4)
+    del model
+    keras.backend.clear_session()
+    gc.collect()
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_a_deleted_model_leaves_no_traced_graph_behind(jit_compile):
+    # What held them: TFP's bijector cache (entries now live on their graph), the
+    # gradient functions tf.custom_gradient registers per trace (none left by a train
+    # step), a compiled sampler per MADE (shared by MADEs of one structure now).
+    def held():
+        graphs = sum(isinstance(o, FuncGraph) for o in gc.get_objects())
+        return graphs, len(ops._gradient_registry._registry)
+
+    _fit_use_and_delete(jit_compile)  # the first model compiles the shared samplers
+    before = held()
+    _fit_use_and_delete(jit_compile)
+    assert held() == before
+
+
+def test_made_s_of_one_structure_share_their_compiled_sampler():
+    first, second = _model("maf5"), _model("maf5")
+    first.sample(5)
+    programs = _programs(first)
+    second.sample(5)
+    assert _programs(second) == programs == _programs(first)

@@ -19,6 +19,16 @@ computes ``x = inverse(y)`` and then asks for ``forward(x)`` and the forward
 log-det at that very ``x``, which would otherwise re-run the D-pass forward
 of a MAF. (A caller who keeps ``x`` across a weight update and then asks for
 its forward log-det gets the value from before the update, as TFP would.)
+
+Graph entries live on the graph they belong to (`GRAPH_LOCAL`). TFP 0.25 keeps
+them in one dictionary per process, keyed by weak references to input tensors,
+with values that hold the log-det tensors: a value holds its graph, the graph
+holds the input, so the weak key never dies and every graph ever traced (a
+deleted model's train step, its samplers) stays in memory. Importing
+`tfp_maf.bijectors` therefore gives TFP's shared cache the same storage.
+Lookups behave as before: entries made anywhere within one `tf.function` trace
+(nested loop and branch graphs included) are found anywhere within it; traces
+never share symbolic tensors, so nothing found before is missed now.
 """
 
 from __future__ import annotations
@@ -26,9 +36,73 @@ from __future__ import annotations
 import weakref
 
 import tensorflow as tf
+from tensorflow.python.framework.func_graph import FuncGraph
+from tensorflow_probability.python.bijectors import bijector as tfp_bijector
 from tensorflow_probability.python.internal import cache_util
 
-__all__ = ["GreedyGraphOnlyCache"]
+__all__ = ["GRAPH_LOCAL", "GreedyGraphOnlyCache"]
+
+
+class _GraphLocalStorage:
+    """The storage of a `cache_util.BijectorCache`, one `EphemeralDict` per traced graph.
+
+    Routes every access to the dictionary of the outermost `tf.function` graph being
+    traced (kept as an attribute of that graph, so it goes with it), and eagerly to the
+    dictionary of TF's global graph, which lives as long as the process, as TFP's does.
+    """
+
+    _ATTRIBUTE = "_tfp_maf_bijector_cache"
+
+    @classmethod
+    def current(cls) -> cache_util.EphemeralDict:
+        graph = tf.compat.v1.get_default_graph()
+        # A while-loop body or a cond branch is a graph nested in the trace; tensors
+        # cross between them, so they share the trace's entries.
+        while isinstance(graph, FuncGraph) and isinstance(graph.outer_graph, FuncGraph):
+            graph = graph.outer_graph
+        storage = getattr(graph, cls._ATTRIBUTE, None)
+        if storage is None:
+            storage = cache_util.EphemeralDict()
+            setattr(graph, cls._ATTRIBUTE, storage)
+        return storage
+
+    # The dictionary interface that `cache_util.BijectorCache` uses.
+    @property
+    def maybe_del(self):  # bound when an entry is made: a callback removes it from its own graph's
+        return self.current().maybe_del
+
+    def __getitem__(self, key):
+        return self.current()[key]
+
+    def __setitem__(self, key, value):
+        self.current()[key] = value
+
+    def __delitem__(self, key):
+        del self.current()[key]
+
+    def __contains__(self, key):
+        return key in self.current()
+
+    def __iter__(self):
+        return iter(self.current())
+
+    def __len__(self):
+        return len(self.current())
+
+    def get(self, key, default=None):
+        return self.current().get(key, default)
+
+    def setdefault(self, key, default=None):
+        return self.current().setdefault(key, default)
+
+    def keys(self):
+        return self.current().keys()
+
+
+#: The storage of tfp_maf's bijector caches and, once `tfp_maf.bijectors` is imported, of
+#: the cache that TFP's own bijectors share (`tfb.Chain`, `tfb.Permute`, ...).
+GRAPH_LOCAL = _GraphLocalStorage()
+tfp_bijector.Bijector.__dict__["_cache"].storage = GRAPH_LOCAL
 
 
 # (id(bijector), id(output)) -> (weakref to output, bijector, function that made the
@@ -38,7 +112,10 @@ _EAGER_OUTPUTS: dict = {}
 
 
 class GreedyGraphOnlyCache(cache_util.BijectorCacheWithGreedyAttrs):
-    """Greedy-attribute cache: TFP's in graph mode, output-keyed when eager."""
+    """Greedy-attribute cache: TFP's in graph mode (on `GRAPH_LOCAL`), output-keyed when eager."""
+
+    def __init__(self, *args, storage=None, **kwargs):
+        super().__init__(*args, storage=GRAPH_LOCAL if storage is None else storage, **kwargs)
 
     def _eager_entry(self, tensor, kwargs):
         entry = _EAGER_OUTPUTS.get((id(self.bijector), id(tensor)))

@@ -45,18 +45,15 @@ from tfp_maf.layers.sequential import SequentialPlan
 __all__ = ["MADE", "MaskedDense", "apply_masks", "masked_gradient"]
 
 
-@tf.custom_gradient
 def masked_gradient(kernel, mask):
-    """``kernel`` forward; ``upstream * mask`` backward.
+    """``kernel * mask``: the masked kernel, and ``upstream * mask`` as its gradient.
 
-    Where ``kernel`` is already zero outside ``mask`` this is ``kernel * mask``
-    with its exact gradient, without the product in the forward pass.
+    The kernel already holds zeros outside the mask, so the product changes no value;
+    it is there for its gradient, in any training loop. (A `tf.custom_gradient` that
+    skipped it registered a gradient function per trace that TF never releases, with
+    the traced graph in it: every model a process traced stayed in memory.)
     """
-
-    def grad(upstream):
-        return upstream * mask, None
-
-    return tf.identity(kernel), grad
+    return kernel * mask
 
 
 class _MaskConstraint(keras.constraints.Constraint):

@@ -64,6 +64,40 @@ class SequentialPlan:
         ]
 
 
+class _Structure(NamedTuple):
+    """What the compiled loops read of a MADE: its sizes, activation and degree
+    bookkeeping, no weights and no layers. Two MADEs of one structure (the layers of a
+    flow whose orders repeat, the same model built again in a sweep) share their
+    compiled loops, and a loop keeps no model alive."""
+
+    event_size: int
+    hidden_units: tuple
+    params_per_dim: int
+    activation: Callable
+    conditional_dims: int | None
+    sequential_plan: SequentialPlan
+    fingerprint: bytes  # of the plan's arrays: what equality and hashing compare
+
+    @classmethod
+    def of(cls, made) -> _Structure:
+        plan = made.sequential_plan
+        arrays = [plan.var_at, *plan.unit_order, *plan.offsets]
+        fingerprint = b"|".join(np.ascontiguousarray(a, np.int64).tobytes() for a in arrays)
+        return cls(made.event_size, tuple(made.hidden_units), made.params_per_dim,
+                   made.activation, made.conditional_dims, plan, fingerprint)
+
+    def key(self) -> tuple:
+        return (self.event_size, self.hidden_units, self.params_per_dim, self.activation,
+                self.conditional_dims, self.fingerprint)
+
+
+#: ``(structure key, emit key, tuning) -> _Compiled``: the compiled samplers, shared by
+#: MADEs of one structure. Bounded by the structures a process samples from; TF never
+#: frees an XLA program anyway (its compilation cache has no eviction), so a program per
+#: MADE would grow without bound in a process that builds model after model.
+_COMPILED: dict = {}
+
+
 _WITHOUT_GRADIENTS = threading.local()
 _WITHOUT_GRADIENTS.active = False
 
@@ -109,19 +143,7 @@ def sequential_pass(made, emit: Callable, noise, conditional_input=None, key=Non
         return _loop_for(made, _read_weights(made), dtype)(emit, noise, conditional_input)
     # XLA runs the D-step loop with in-place row updates and fused small ops: a step
     # costs microseconds, where the graph executor's copies of the state cost ~1 ms.
-    cache = made.__dict__.setdefault("_compiled_sequential", {})
-    if key not in cache:
-        # One chunk of the batch a call, so that XLA compiles one program per chunk size
-        # (`_chunk_sizes`: a few), not one per batch size: a notebook or a server asking
-        # for samples of every size would otherwise compile (and keep) a program each time.
-        loops = _Loops(made, emit)
-        # A graph (also when called eagerly), so that the parts' loops run at once; its
-        # batch dimension relaxes to None on the second size, so it traces at most twice.
-        outer = _traced_on_purpose(tf.function(
-            lambda noise, y, weights: _sample_graph(made, loops, noise, y, weights), reduce_retracing=True
-        ))
-        cache[key] = _Compiled(outer, loops)
-    compiled = cache[key].outer
+    compiled = _compiled(made, emit, key).outer
     flat = tf.nest.flatten(noise)
     has_y = conditional_input is not None
     args = [*flat, conditional_input] if has_y else flat
@@ -192,17 +214,18 @@ def _parts(made, batch: int | None) -> int:
 
 
 class _Loops:
-    """The XLA-compiled D-step loop of one MADE and ``emit``, one function per chunk size
+    """The XLA-compiled D-step loop of one MADE structure and ``emit``, one function per chunk size
     (so each traces once: one XLA program per chunk size)."""
 
-    def __init__(self, made, emit: Callable):
-        self.made, self.emit, self.by_chunk = made, emit, {}
+    def __init__(self, structure: _Structure, emit: Callable):
+        self.structure, self.emit, self.by_chunk = structure, emit, {}
 
     def __call__(self, chunk: int) -> Callable:
         if chunk not in self.by_chunk:
-            made, emit = self.made, self.emit
+            structure, emit = self.structure, self.emit
             self.by_chunk[chunk] = _traced_on_purpose(tf.function(
-                lambda noise, y, prepared: _run_prepared(made, emit, noise, y, prepared), jit_compile=True
+                lambda noise, y, prepared: _run_prepared(structure, emit, noise, y, prepared),
+                jit_compile=True
             ))
         return self.by_chunk[chunk]
 
@@ -220,21 +243,48 @@ def _traced_on_purpose(function):
 
 
 class _Compiled(NamedTuple):
-    """A MADE's compiled sampler for one ``emit``: the graph over the whole batch, and the
-    XLA loops it calls on one chunk at a time."""
+    """A compiled sampler for one structure and ``emit``: the graph over the whole batch,
+    and the XLA loops it calls on one chunk at a time."""
 
     outer: Callable
     loops: _Loops
 
 
+def _compiled_key(structure: _Structure, key) -> tuple:
+    # The tuning that shapes the programs is part of the key (tests set it).
+    return structure.key(), key, _block_steps(structure), tuple(_chunk_sizes(structure))
+
+
+def _compiled(made, emit: Callable, key) -> _Compiled:
+    """The shared compiled sampler of ``made``'s structure and ``emit`` (made once)."""
+    structure = _Structure.of(made)
+    full_key = _compiled_key(structure, key)
+    if full_key not in _COMPILED:
+        # One chunk of the batch a call, so that XLA compiles one program per chunk size
+        # (`_chunk_sizes`: a few), not one per batch size: a notebook or a server asking
+        # for samples of every size would otherwise compile (and keep) a program each time.
+        loops = _Loops(structure, emit)
+        # A graph (also when called eagerly), so that the parts' loops run at once; its
+        # batch dimension relaxes to None on the second size, so it traces at most twice.
+        outer = _traced_on_purpose(tf.function(
+            lambda noise, y, weights: _sample_graph(structure, loops, noise, y, weights),
+            reduce_retracing=True,
+        ))
+        _COMPILED[full_key] = _Compiled(outer, loops)
+    return _COMPILED[full_key]
+
+
 def compiled_programs(made) -> dict:
-    """``{key: (graph traces, XLA programs)}`` of ``made``'s compiled samplers, one entry
-    per ``emit`` (`sequential_pass`'s ``key``). Both stay bounded, whatever batch sizes
-    the MADE samples: at most two traces of the graph (a static, then a relaxed batch
-    size) and one XLA program per chunk size (`_chunk_sizes`). For tests and diagnostics."""
+    """``{key: (graph traces, XLA programs)}`` of the compiled samplers that ``made`` uses
+    (shared with MADEs of its structure), one entry per ``emit`` (`sequential_pass`'s
+    ``key``). Both stay bounded, whatever batch sizes are sampled: at most two traces of
+    the graph (a static, then a relaxed batch size) and one XLA program per chunk size
+    (`_chunk_sizes`). For tests and diagnostics."""
+    structure = _Structure.of(made)
     return {
-        key: (c.outer.experimental_get_tracing_count(), c.loops.programs())
-        for key, c in made.__dict__.get("_compiled_sequential", {}).items()
+        full_key[1]: (c.outer.experimental_get_tracing_count(), c.loops.programs())
+        for full_key, c in _COMPILED.items()
+        if full_key[0] == structure.key()
     }
 
 
@@ -413,7 +463,7 @@ def _prepare(made, weights, dtype, S: int) -> dict:
     """The weights in the loop's layout: [fan_out, fan_in] (transposed), rows and columns
     sorted by degree, zero-padded to the layout's rows."""
     plan, layout = made.sequential_plan, _Layout(made, S)
-    rows, L = layout.rows, len(made.hidden_layers)
+    rows, L = layout.rows, len(made.hidden_units)
     cast = lambda t: tf.cast(t, dtype)  # noqa: E731
 
     def sorted_padded(matrix, row_order, col_order, n_rows, n_cols):
@@ -475,7 +525,7 @@ def _loop_for(made, weights, dtype) -> Callable:
 def _loop_inputs(made, noise, conditional_input, weights):
     """dtype, batch size, and the (y @ V_l)^T terms in the loop's layout (or Nones)."""
     first = tf.nest.flatten(noise)[0]
-    conds = [None] * max(len(made.hidden_layers), 1)
+    conds = [None] * max(len(made.hidden_units), 1)
     if conditional_input is not None:  # as `MADE.conditional_terms`
         y = tf.cast(conditional_input, first.dtype)
         conds = [tf.matmul(v, y, transpose_a=True, transpose_b=True) for v in weights["conditional"]]
@@ -497,7 +547,7 @@ def _stepwise_loop(made, emit, noise, conditional_input, weights):
     """
     plan = made.sequential_plan
     D, P = plan.event_size, made.params_per_dim
-    L = len(made.hidden_layers)
+    L = len(made.hidden_units)
     first = tf.nest.flatten(noise)[0]
     dtype, batch_size = first.dtype, tf.shape(first)[1]
     cast = lambda t: tf.cast(t, dtype)  # noqa: E731
@@ -587,7 +637,7 @@ def _blocked_loop(made, emit, noise, conditional_input, weights):
     so that a block's rows are one contiguous slice.
     """
     D, P = made.event_size, made.params_per_dim
-    L = len(made.hidden_layers)
+    L = len(made.hidden_units)
     layout = weights["layout"]
     S, rows, widths = layout.S, layout.rows, layout.widths
     dtype, batch_size, conds = _loop_inputs(made, noise, conditional_input, weights)
