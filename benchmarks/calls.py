@@ -5,7 +5,7 @@ whatever size comes. This times, after warm-up, `model.log_prob(x)` on NumPy ``x
 `model.sample(n)` for random sizes 1..300, against zuko's MAF of the same size (if zuko is
 installed: the ``bench`` extra) and TFP's own MAF called eagerly, all in one run; then the
 memory growth over 30 such `sample` calls, and per model built, fitted one epoch, used
-and deleted.
+and deleted (beside a plain Keras model of the same layer sizes).
 
 Config "small": D 20, MAF (5) of 2 x 64 (a model small enough that per-call overhead is
 all that is measured); config A: D 43, MAF (5) of 2 x 512. Ours with batch norm (the
@@ -112,6 +112,20 @@ def tfp_maf_peer(D, hidden):
     return log_prob, lambda n: flow.sample(n).numpy()
 
 
+def _slope_per_model(one, models: int) -> float:
+    """RSS growth (MiB) per call of ``one``: the least-squares slope of the RSS after
+    each of ``models`` calls, after one call that loads what is loaded once (TF's
+    kernels, XLA). A slope, because the allocator's jitter (tens of MiB up and down
+    from one model to the next) would swamp the difference of two readings."""
+    one()
+    readings = []
+    for _ in range(models):
+        one()
+        gc.collect()
+        readings.append(rss_mib())
+    return float(np.polyfit(np.arange(models), readings, 1)[0])
+
+
 def memory_per_model(D, hidden, models: int) -> float:
     """RSS growth (MiB) per model built, fitted one epoch, used and deleted."""
     x = np.random.default_rng(1).normal(size=(1000, D)).astype(np.float32)
@@ -124,13 +138,27 @@ def memory_per_model(D, hidden, models: int) -> float:
         model.sample(10)
         del model
         keras.backend.clear_session()
-        gc.collect()
 
-    one()  # what the first model loads once (TF's kernels, XLA) is not per model
-    start = rss_mib()
-    for _ in range(models):
-        one()
-    return (rss_mib() - start) / models
+    return _slope_per_model(one, models)
+
+
+def keras_memory_per_model(D, hidden, models: int) -> float:
+    """The same for a plain Keras 3 MLP of the MAF's layer sizes, fitted by regression:
+    what Keras and TF themselves keep per model."""
+    x = np.random.default_rng(1).normal(size=(1000, D)).astype(np.float32)
+
+    def one():
+        layers = [keras.Input((D,))]
+        for _ in range(5):
+            layers += [keras.layers.Dense(h, activation="relu") for h in hidden] + [keras.layers.Dense(D)]
+        model = keras.Sequential(layers)
+        model.compile(optimizer="adam", loss="mse")
+        model.fit(x, x, batch_size=100, epochs=1, verbose=0)
+        model.predict(x[:10], verbose=0)
+        del model
+        keras.backend.clear_session()
+
+    return _slope_per_model(one, models)
 
 
 def run_config(name, calls: int, models: int) -> dict:
@@ -153,6 +181,7 @@ def run_config(name, calls: int, models: int) -> dict:
     row["tfp_eager_log_prob_ms"] = per_call_ms(tfp_log_prob, sizes)
     row["tfp_eager_sample_ms"] = per_call_ms(tfp_sample, sizes[:5] if name == "A" else sizes)
     row["ours_memory_per_model_mib"] = memory_per_model(D, hidden, models)
+    row["keras_memory_per_model_mib"] = keras_memory_per_model(D, hidden, models)
     print(row, flush=True)
     return row
 
@@ -170,18 +199,20 @@ def markdown(result) -> str:
             ratio = f"{r[f'ours_{call}_ms'] / z:.2f}x" if z else "-"
             lines.append(f"| {r['config']} | `{call}` | {r[f'ours_{call}_ms']:.1f} | "
                          f"{'-' if z is None else f'{z:.1f}'} | {r[f'tfp_eager_{call}_ms']:.1f} | {ratio} |")
-    lines += ["", "| config | memory over 30 `sample` calls (MiB) | per model built, fitted, used, deleted (MiB) |",
-              "|---|---|---|"]
+    lines += ["", "| config | memory over 30 `sample` calls (MiB) | per model built, fitted, used, deleted "
+              "(MiB, slope) | the same for a plain Keras MLP of its sizes |", "|---|---|---|---|"]
     for r in result["rows"]:
         growth, per_model = r["ours_sample_memory_growth_mib"], r["ours_memory_per_model_mib"]
-        lines.append(f"| {r['config']} | {growth:+.1f} | {per_model:+.1f} |")
+        keras_model = r.get("keras_memory_per_model_mib")
+        keras_text = "-" if keras_model is None else f"{keras_model:+.1f}"
+        lines.append(f"| {r['config']} | {growth:+.1f} | {per_model:+.1f} | {keras_text} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=30)
-    parser.add_argument("--models", type=int, default=5)
+    parser.add_argument("--models", type=int, default=12)
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     args = parser.parse_args(argv)
     rows = [run_config(name, args.calls, args.models) for name in args.configs]

@@ -494,12 +494,12 @@ def _prepare(made, weights, dtype, S: int) -> dict:
 
 
 def _prepare_tensors(made, weights, dtype) -> dict:
-    """The weights as the loop reads them: as they are step by step, else laid out for
-    blocks (`_prepare`) without the static `_Layout`, which `_run_prepared` rebuilds (a
-    tf.function argument must be tensors)."""
+    """The weights as the loop reads them, laid out once for every chunk of a call: for
+    steps (`_stepwise_layout`), or for blocks (`_prepare`) without the static `_Layout`,
+    which `_run_prepared` rebuilds (a tf.function argument must be tensors)."""
     S = _block_steps(made)
     if S == 1:
-        return weights
+        return _stepwise_layout(made, weights, dtype)
     return {k: v for k, v in _prepare(made, weights, dtype, S).items() if k != "layout"}
 
 
@@ -517,7 +517,8 @@ def _loop_for(made, weights, dtype) -> Callable:
     one step (`_block_steps`), else `_blocked_loop` on weights laid out here, once."""
     S = _block_steps(made)
     if S == 1:
-        return lambda emit, noise, y: _stepwise_loop(made, emit, noise, y, weights)
+        prepared = _stepwise_layout(made, weights, dtype)
+        return lambda emit, noise, y: _stepwise_loop(made, emit, noise, y, prepared)
     prepared = _prepare(made, weights, dtype, S)
     return lambda emit, noise, y: _blocked_loop(made, emit, noise, y, prepared)
 
@@ -539,9 +540,35 @@ def _in_variable_order(made, x_rows, extra_rows):
             tf.gather(tf.transpose(extra_rows[:D]), inverse_order, axis=1))
 
 
-def _stepwise_loop(made, emit, noise, conditional_input, weights):
-    """One step a degree (``weights`` as `_read_weights`). At step t: the outputs of the
-    variable of degree t + 1, from the whole last layer (the masks read only its final
+def _stepwise_layout(made, weights, dtype) -> dict:
+    """The weights as `_stepwise_loop` reads them (``weights`` as `_read_weights`): rows
+    (fan-in) and columns (units) sorted by degree, then transposed, so that W_T[l] is
+    [H_l, fan_in] and the units of one degree are a block of rows; y's kernels with
+    their units sorted. Laid out once a call, not once a chunk."""
+    plan, P = made.sequential_plan, made.params_per_dim
+    cast = lambda t: tf.cast(t, dtype)  # noqa: E731
+    prev_order = plan.var_at
+    out = {"kernels": [], "biases": []}
+    for l, (kernel, bias) in enumerate(weights["hidden"]):
+        order = plan.unit_order[l]
+        out["kernels"].append(tf.transpose(tf.gather(tf.gather(cast(kernel), prev_order, axis=0), order, axis=1)))
+        out["biases"].append(tf.gather(cast(bias), order)[:, None])
+        prev_order = order
+    # Output columns of variable i are i * P ... i * P + P - 1; sort them by degree too.
+    out_cols = (plan.var_at[:, None] * P + np.arange(P)[None, :]).reshape(-1)
+    out_kernel, out_bias = weights["output"]
+    out["out_w"] = tf.transpose(tf.gather(tf.gather(cast(out_kernel), prev_order, axis=0), out_cols, axis=1))
+    out["out_b"] = tf.gather(cast(out_bias), out_cols)[:, None]
+    # y feeds every hidden layer (the outputs when there is none).
+    y_orders = plan.unit_order or [out_cols]
+    y_kernels = weights["conditional"]  # none for an unconditional MADE
+    out["conditional"] = [tf.gather(cast(v), o, axis=1) for v, o in zip(y_kernels, y_orders, strict=bool(y_kernels))]
+    return out
+
+
+def _stepwise_loop(made, emit, noise, conditional_input, prepared):
+    """One step a degree (``prepared`` as `_stepwise_layout`). At step t: the outputs of
+    the variable of degree t + 1, from the whole last layer (the masks read only its final
     units), then that variable; then in each layer the units of degree t + 1, from the
     whole layer below, in a window as wide as the most units of one degree.
     """
@@ -550,23 +577,16 @@ def _stepwise_loop(made, emit, noise, conditional_input, weights):
     L = len(made.hidden_units)
     first = tf.nest.flatten(noise)[0]
     dtype, batch_size = first.dtype, tf.shape(first)[1]
-    cast = lambda t: tf.cast(t, dtype)  # noqa: E731
-    if conditional_input is None:
-        y_terms = [None] * max(L, 1)
-    else:  # y @ V_l, as `MADE.conditional_terms`
-        y_terms = [tf.matmul(cast(conditional_input), cast(v)) for v in weights["conditional"]]
-
-    # Weights with rows (fan-in) and columns (units) sorted by degree, then transposed:
-    # W_T[l] is [H_l, fan_in], so the units of one degree are a block of rows.
-    prev_order = plan.var_at
-    kernels, biases, conds, starts, widths = [], [], [], [], []
-    for l, (kernel, bias) in enumerate(weights["hidden"]):
-        order = plan.unit_order[l]
-        w = tf.gather(tf.gather(cast(kernel), prev_order, axis=0), order, axis=1)
-        kernels.append(tf.transpose(w))
-        biases.append(tf.gather(cast(bias), order)[:, None])
-        conds.append(None if y_terms[l] is None else tf.transpose(tf.gather(y_terms[l], order, axis=1)))
-        prev_order = order
+    kernels, biases = prepared["kernels"], prepared["biases"]
+    out_w, out_b = prepared["out_w"], prepared["out_b"]  # [D * P, fan_in of the output layer]
+    # (y @ V_l)^T, units sorted: as `MADE.conditional_terms`, in the loop's layout.
+    conds = [None] * max(L, 1)
+    if conditional_input is not None:
+        y = tf.cast(conditional_input, dtype)
+        conds = [tf.matmul(v, y, transpose_a=True, transpose_b=True) for v in prepared["conditional"]]
+    out_c = conds[0] if L == 0 else None
+    starts, widths = [], []
+    for l in range(L):
         # Static shapes (for XLA): every step computes a window of the widest block's
         # size starting at its block. Extra units in the window are either final already
         # (recomputed to the same value) or of a later degree (overwritten at their own
@@ -575,15 +595,6 @@ def _stepwise_loop(made, emit, noise, conditional_input, weights):
         width = int(np.max(np.diff(offsets)))
         starts.append(tf.constant(np.minimum(offsets[:-1], units - width).astype(np.int32)))
         widths.append(width)
-    # Output columns of variable i are i * P ... i * P + P - 1; sort them by degree too.
-    out_cols = (plan.var_at[:, None] * P + np.arange(P)[None, :]).reshape(-1)
-    out_kernel, out_bias = weights["output"]
-    out_w = tf.gather(tf.gather(cast(out_kernel), prev_order, axis=0), out_cols, axis=1)
-    out_w = tf.transpose(out_w)  # [D * P, fan_in of the output layer]
-    out_b = tf.gather(cast(out_bias), out_cols)[:, None]
-    out_c = None
-    if L == 0 and y_terms[0] is not None:
-        out_c = tf.transpose(tf.gather(y_terms[0], out_cols, axis=1))
     fan_ins = [D, *made.hidden_units]
 
     def body(t, x_t, states, extra_t):
