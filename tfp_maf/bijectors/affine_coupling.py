@@ -6,15 +6,11 @@ from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_probability as tfp
 
 from tfp_maf import _checks
 from tfp_maf._tracking import LayerVariables
-from tfp_maf.bijectors._cache import GreedyGraphOnlyCache
-from tfp_maf.bijectors.masked_autoregressive import _dtype_of
+from tfp_maf.bijectors._fused import FusedBijector, dtype_of
 from tfp_maf.math import soft_bound
-
-tfb = tfp.bijectors
 
 __all__ = ["AffineCoupling", "coupling_partition"]
 
@@ -38,7 +34,7 @@ def coupling_partition(event_size: int, parity: str) -> tuple[np.ndarray, np.nda
     return copied, transformed
 
 
-class AffineCoupling(LayerVariables, tfb.Bijector):
+class AffineCoupling(LayerVariables, FusedBijector):
     """Real NVP coupling: copy half the variables, scale and shift the rest.
 
     With ``c`` the copied and ``t`` the transformed indices (see
@@ -88,10 +84,6 @@ class AffineCoupling(LayerVariables, tfb.Bijector):
         Estimation. NeurIPS 2017. https://arxiv.org/abs/1705.07057
     """
 
-    _cache = GreedyGraphOnlyCache(
-        forward_name="_augmented_forward", inverse_name="_augmented_inverse"
-    )
-
     def __init__(
         self,
         shift_and_log_scale_fn: Callable,
@@ -113,7 +105,7 @@ class AffineCoupling(LayerVariables, tfb.Bijector):
         super().__init__(
             forward_min_event_ndims=1,
             validate_args=validate_args,
-            dtype=_dtype_of(shift_and_log_scale_fn),
+            dtype=dtype_of(shift_and_log_scale_fn),
             parameters=parameters,
             name=name,
         )
@@ -150,22 +142,8 @@ class AffineCoupling(LayerVariables, tfb.Bijector):
         out = tf.gather(tf.concat([z_c, out_t], axis=-1), self._merge, axis=-1)
         return out, sign * tf.reduce_sum(log_scale, axis=-1)
 
-    def _augmented_forward(self, u, conditional_input=None):
-        x, fldj = self._couple(u, conditional_input, +1)
-        return x, {"fldj": fldj, "ildj": -fldj}
+    def _forward_and_log_det(self, u, conditional_input=None):
+        return self._couple(u, conditional_input, +1)
 
-    def _augmented_inverse(self, x, conditional_input=None):
-        u, ildj = self._couple(x, conditional_input, -1)
-        return u, {"ildj": ildj, "fldj": -ildj}
-
-    def _forward(self, u, conditional_input=None):
-        return self._augmented_forward(u, conditional_input)[0]
-
-    def _inverse(self, x, conditional_input=None):
-        return self._augmented_inverse(x, conditional_input)[0]
-
-    def _forward_log_det_jacobian(self, u, conditional_input=None):
-        return self._augmented_forward(u, conditional_input)[1]["fldj"]
-
-    def _inverse_log_det_jacobian(self, x, conditional_input=None):
-        return self._augmented_inverse(x, conditional_input)[1]["ildj"]
+    def _inverse_and_log_det(self, x, conditional_input=None):
+        return self._couple(x, conditional_input, -1)

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import tensorflow as tf
-import tensorflow_probability as tfp
 
-from tfp_maf.bijectors._cache import GreedyGraphOnlyCache
-
-tfb = tfp.bijectors
+from tfp_maf.bijectors._fused import FusedBijector
 
 __all__ = ["ExpGammaBatchNorm", "batch_moments"]
 
@@ -35,7 +32,7 @@ def batch_moments(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return mean, variance
 
 
-class ExpGammaBatchNorm(tfb.Bijector):
+class ExpGammaBatchNorm(FusedBijector):
     """Batch normalization as a bijector, with ``exp(gamma)`` as the scale.
 
     With ``x`` on the data side and ``u`` on the base side (appendix B of the
@@ -82,10 +79,6 @@ class ExpGammaBatchNorm(tfb.Bijector):
     [2] Papamakarios, Pavlakou, Murray. Masked Autoregressive Flow for Density
         Estimation. NeurIPS 2017, appendix B. https://arxiv.org/abs/1705.07057
     """
-
-    _cache = GreedyGraphOnlyCache(
-        forward_name="_augmented_forward", inverse_name="_augmented_inverse"
-    )
 
     def __init__(
         self,
@@ -138,31 +131,17 @@ class ExpGammaBatchNorm(tfb.Bijector):
         per_dim = gamma - 0.5 * tf.math.log(variance + self._epsilon)
         return tf.zeros_like(x) + per_dim
 
-    def _augmented_inverse(self, x, training=None):
+    def _inverse_and_log_det(self, x, training=None):
         beta, gamma, _, _ = self._params()
         mean, variance = self._statistics(x, training)
         u = (x - mean) * tf.math.rsqrt(variance + self._epsilon) * tf.exp(gamma) + beta
-        ildj = tf.reduce_sum(self._log_scale(gamma, variance, x), axis=-1)
-        return u, {"ildj": ildj, "fldj": -ildj}
+        return u, tf.reduce_sum(self._log_scale(gamma, variance, x), axis=-1)
 
-    def _augmented_forward(self, u, training=None):
+    def _forward_and_log_det(self, u, training=None):
         del training  # Sampling has no minibatch of x: always the stored statistics.
         beta, gamma, mean, variance = self._params()
         x = (u - beta) * tf.exp(-gamma) * tf.sqrt(variance + self._epsilon) + mean
-        fldj = -tf.reduce_sum(self._log_scale(gamma, variance, u), axis=-1)
-        return x, {"fldj": fldj, "ildj": -fldj}
-
-    def _forward(self, u, training=None):
-        return self._augmented_forward(u, training)[0]
-
-    def _inverse(self, x, training=None):
-        return self._augmented_inverse(x, training)[0]
-
-    def _forward_log_det_jacobian(self, u, training=None):
-        return self._augmented_forward(u, training)[1]["fldj"]
-
-    def _inverse_log_det_jacobian(self, x, training=None):
-        return self._augmented_inverse(x, training)[1]["ildj"]
+        return x, -tf.reduce_sum(self._log_scale(gamma, variance, u), axis=-1)
 
 
 def _common_dtype(*values) -> tf.DType:

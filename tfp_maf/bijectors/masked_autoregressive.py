@@ -6,24 +6,13 @@ import functools
 from collections.abc import Callable
 
 import tensorflow as tf
-import tensorflow_probability as tfp
 
 from tfp_maf import _checks
 from tfp_maf._tracking import LayerVariables
-from tfp_maf.bijectors._cache import GreedyGraphOnlyCache
-from tfp_maf.layers.made import MADE
-from tfp_maf.layers.sequential import sequential_pass
+from tfp_maf.bijectors._fused import FusedBijector, dtype_of
 from tfp_maf.math import soft_bound
 
-tfb = tfp.bijectors
-
 __all__ = ["MaskedAutoregressive"]
-
-
-def _dtype_of(layer) -> tf.DType | None:
-    """The compute dtype of a Keras layer as a `tf.DType` (Keras gives a string)."""
-    dtype = getattr(layer, "compute_dtype", None)
-    return None if dtype is None else tf.as_dtype(dtype)
 
 
 def _affine_step(params, t, u_rows, log_scale_bound):
@@ -32,7 +21,7 @@ def _affine_step(params, t, u_rows, log_scale_bound):
     return u_rows[t] * tf.exp(log_scale) + params[0], log_scale
 
 
-class MaskedAutoregressive(LayerVariables, tfb.Bijector):
+class MaskedAutoregressive(LayerVariables, FusedBijector):
     """The autoregressive layer of MAF: a MADE with Gaussian conditionals.
 
     Forward (noise ``u`` -> data ``x``), with ``mu, alpha`` the MADE outputs:
@@ -94,10 +83,6 @@ class MaskedAutoregressive(LayerVariables, tfb.Bijector):
         Estimation. NeurIPS 2017. https://arxiv.org/abs/1705.07057
     """
 
-    _cache = GreedyGraphOnlyCache(
-        forward_name="_augmented_forward", inverse_name="_augmented_inverse"
-    )
-
     def __init__(
         self,
         made: Callable,
@@ -121,7 +106,7 @@ class MaskedAutoregressive(LayerVariables, tfb.Bijector):
         super().__init__(
             forward_min_event_ndims=1,
             validate_args=validate_args,
-            dtype=_dtype_of(made),
+            dtype=dtype_of(made),
             parameters=parameters,
             name=name,
         )
@@ -148,32 +133,27 @@ class MaskedAutoregressive(LayerVariables, tfb.Bijector):
         self._retrack_layers()
         return shift, soft_bound(log_scale, self._log_scale_bound)
 
-    def _augmented_inverse(self, x, conditional_input=None):
+    def _inverse_and_log_det(self, x, conditional_input=None):
         conditional_input = _checks.as_conditional_input(conditional_input, self.dtype)
         shift, log_scale = self._shift_and_log_scale(x, conditional_input)
         u = (x - shift) * tf.exp(-log_scale)
-        ildj = -tf.reduce_sum(log_scale, axis=-1)
-        return u, {"ildj": ildj, "fldj": -ildj}
+        return u, -tf.reduce_sum(log_scale, axis=-1)
 
-    def _augmented_forward(self, u, conditional_input=None):
+    def _forward_and_log_det(self, u, conditional_input=None):
         conditional_input = _checks.as_conditional_input(conditional_input, self.dtype)
         if self._event_size is not None:
             _checks.check_event_size(u, self._event_size, self.name)
-        if isinstance(self._made, MADE):
+        if hasattr(self._made, "sample_sequentially"):  # a tfp_maf MADE
             return self._mask_aware_forward(u, conditional_input)
         return self._plain_forward(u, conditional_input)
 
     def _mask_aware_forward(self, u, conditional_input):
         """x = f(u) in one MADE pass spread over D steps (see `tfp_maf.layers.sequential`)."""
-        made = self._made
-        u2d, y2d, batch_shape = made._flatten(u, conditional_input)
-        # Noise rows in degree order, transposed: row t is the variable of degree t + 1.
-        u_rows = tf.transpose(tf.gather(u2d, made.sequential_plan.var_at, axis=1))
         emit = functools.partial(_affine_step, log_scale_bound=self._log_scale_bound)
-        x, log_scale = sequential_pass(made, emit, u_rows, y2d, key=("affine", self._log_scale_bound))
-        x = tf.reshape(x, tf.concat([batch_shape, [made.event_size]], 0))
-        fldj = tf.reshape(tf.reduce_sum(log_scale, axis=-1), batch_shape)
-        return x, {"fldj": fldj, "ildj": -fldj}
+        x, log_scale = self._made.sample_sequentially(
+            emit, u, conditional_input, key=("affine", self._log_scale_bound)
+        )
+        return x, tf.reduce_sum(log_scale, axis=-1)
 
     def _plain_forward(self, u, conditional_input=None):
         """x = f(u) by D full passes: for any autoregressive callable (and as the oracle)."""
@@ -195,19 +175,4 @@ class MaskedAutoregressive(LayerVariables, tfb.Bijector):
             (tf.zeros_like(u), tf.zeros_like(u)),
             maximum_iterations=event_size,
         )
-        fldj = tf.reduce_sum(log_scale, axis=-1)
-        return x, {"fldj": fldj, "ildj": -fldj}
-
-    def _forward(self, u, conditional_input=None):
-        return self._augmented_forward(u, conditional_input)[0]
-
-    def _inverse(self, x, conditional_input=None):
-        return self._augmented_inverse(x, conditional_input)[0]
-
-    def _forward_log_det_jacobian(self, u, conditional_input=None):
-        # Reached only without a cache entry (eagerly, or for a fresh u): the
-        # log-scales at x = f(u) are what the sampling loop ends with.
-        return self._augmented_forward(u, conditional_input)[1]["fldj"]
-
-    def _inverse_log_det_jacobian(self, x, conditional_input=None):
-        return self._augmented_inverse(x, conditional_input)[1]["ildj"]
+        return x, tf.reduce_sum(log_scale, axis=-1)

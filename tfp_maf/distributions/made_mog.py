@@ -10,8 +10,6 @@ import tensorflow_probability as tfp
 
 from tfp_maf import _checks
 from tfp_maf._tracking import LayerVariables
-from tfp_maf.layers.made import MADE
-from tfp_maf.layers.sequential import sequential_pass
 
 tfd = tfp.distributions
 
@@ -21,7 +19,7 @@ __all__ = ["MADEMoG"]
 def _mixture_step(params, t, noise, num_components):
     """One step of sampling the variable of degree t + 1: pick a component with the
     Gumbel noise, then draw from it. ``params`` [3C, B]: logits, locs, log-scales."""
-    gumbel_rows, normal_rows = noise
+    normal_rows, gumbel_rows = noise
     C = num_components
     logits, loc, log_scale = params[:C], params[C : 2 * C], params[2 * C :]
     pick = tf.one_hot(tf.argmax(tf.transpose(logits) + gumbel_rows[t], axis=-1), C, dtype=params.dtype)
@@ -195,7 +193,7 @@ class MADEMoG(LayerVariables, tfd.Distribution):
             dtype=self.dtype,
         )
         gumbel = -tf.math.log(-tf.math.log(uniform))
-        if isinstance(self._made, MADE):
+        if hasattr(self._made, "sample_sequentially"):  # a tfp_maf MADE
             return self._mask_aware_sample(shape, gumbel, normal, conditional_input)
         return self._plain_sample(shape, gumbel, normal, conditional_input)
 
@@ -218,16 +216,8 @@ class MADEMoG(LayerVariables, tfd.Distribution):
     def _mask_aware_sample(self, shape, gumbel, normal, conditional_input):
         """The same draw as the D-pass loop, in one MADE pass spread over D steps
         (see `tfp_maf.layers.sequential`)."""
-        made, C = self._made, self._made.num_components
-        # `normal` already has the full batch shape; this flattens it and broadcasts y.
-        normal2d, y2d, _ = made._flatten(normal, conditional_input)
-        var_at = made.sequential_plan.var_at
-        # Noise rows in degree order: row t belongs to the variable of degree t + 1.
-        gumbel_rows = tf.transpose(
-            tf.gather(tf.reshape(gumbel, [-1, self._event_size, C]), var_at, axis=1), [1, 0, 2]
-        )
-        normal_rows = tf.transpose(tf.gather(normal2d, var_at, axis=1))
-
-        x, _ = sequential_pass(made, functools.partial(_mixture_step, num_components=C),
-                               (gumbel_rows, normal_rows), y2d, key=("mixture", C))
+        C = self._made.num_components
+        # `normal` [*shape, D] and `gumbel` [*shape, D, C] have the full batch shape.
+        emit = functools.partial(_mixture_step, num_components=C)
+        x, _ = self._made.sample_sequentially(emit, (normal, gumbel), conditional_input, key=("mixture", C))
         return tf.reshape(x, shape)

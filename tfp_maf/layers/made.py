@@ -40,7 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfp_maf import _checks, masks
-from tfp_maf.layers.sequential import SequentialPlan
+from tfp_maf.layers.sequential import SequentialPlan, sequential_pass
 
 __all__ = ["MADE", "MaskedDense", "apply_masks", "masked_gradient"]
 
@@ -344,6 +344,44 @@ class MADE(keras.layers.Layer):
             )
             x = tf.broadcast_to(x, tf.concat([batch_shape, [self.event_size]], 0))
         return tf.reshape(x, [-1, self.event_size]), y, batch_shape
+
+    def sample_sequentially(self, emit, noise, conditional_input=None, key=None):
+        """Sets the D variables in order, in one pass of the network spread over D steps.
+
+        The exact autoregressive recursion x_i = emit(outputs(x_<i), noise_i) at about
+        the cost of one forward pass (`tfp_maf.layers.sequential`).
+
+        Args:
+          emit: ``emit(params, t, noise_rows) -> (value, extra)``: ``params`` ``[P, B]``
+            are the outputs for the variable of degree t + 1, ``noise_rows`` the noise
+            with the step first (``[D, B, ...]`` per tensor); returns its value ``[B]``
+            and one more ``[B]`` quantity to keep (a log-scale, say).
+          noise: ``[..., D]``, or a tuple whose first tensor is ``[..., D]`` and whose
+            others have that batch shape and D after it (``[..., D, C]``, say). The
+            first is broadcast against ``conditional_input``'s batch.
+          conditional_input: ``y`` ``[..., K]``, or None.
+          key: hashable, naming ``emit``: the loop is compiled once per key and reused.
+
+        Returns:
+          ``(x, extra)``, both ``[*batch, D]`` in the variables' own order.
+        """
+        flat = tf.nest.flatten(noise)
+        first, y2d, batch_shape = self._flatten(flat[0], conditional_input)
+        var_at = self.sequential_plan.var_at
+        batch_rank = flat[0].shape.rank - 1
+
+        def rows(t, batch_rank):  # [*batch, D, ...] -> [D, B, ...], variables in degree order
+            t = tf.reshape(t, tf.concat([[-1], tf.shape(t)[batch_rank:]], 0))
+            t = tf.gather(tf.cast(t, self.compute_dtype), var_at, axis=1)
+            return tf.transpose(t, [1, 0, *range(2, t.shape.rank)])
+
+        # `first` is flat already ([B, D]); the others keep their batch shape.
+        noise_rows = tf.nest.pack_sequence_as(
+            noise, [rows(first, 1), *[rows(t, batch_rank) for t in flat[1:]]]
+        )
+        x, extra = sequential_pass(self, emit, noise_rows, y2d, key=key)
+        shape = tf.concat([batch_shape, [self.event_size]], 0)
+        return tf.reshape(x, shape), tf.reshape(extra, shape)
 
     def conditional_terms(self, y):
         """``y @ V_l`` for every layer that y feeds; computed once per ``y``."""

@@ -1,0 +1,65 @@
+"""FusedBijector: one pass gives a value and its log-det; TFP's cache keeps both.
+
+The maths of each of our bijectors computes ``y`` and ``log|det J|`` together (a MADE
+pass gives the shift and the log-scale at once). TFP's `Bijector` asks for them
+separately (``_forward``, ``_forward_log_det_jacobian``, ...). This base owns the
+wiring between the two, as distrax's ``forward_and_log_det`` contract does: a
+subclass implements
+
+- ``_forward_and_log_det(u, **kwargs) -> (x, log|det df/du|)``
+- ``_inverse_and_log_det(x, **kwargs) -> (u, log|det df^-1/dx|)``
+
+and the cache (`tfp_maf.bijectors._cache`) stores the log-det with the value, so
+``TransformedDistribution.log_prob`` runs each network once.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from tfp_maf.bijectors._cache import GreedyGraphOnlyCache
+
+tfb = tfp.bijectors
+
+__all__ = ["FusedBijector", "dtype_of"]
+
+
+def dtype_of(layer) -> tf.DType | None:
+    """The compute dtype of a Keras layer as a `tf.DType` (Keras gives a string)."""
+    dtype = getattr(layer, "compute_dtype", None)
+    return None if dtype is None else tf.as_dtype(dtype)
+
+
+class FusedBijector(tfb.Bijector):
+    """A `tfb.Bijector` defined by its fused passes (see the module docstring)."""
+
+    _cache = GreedyGraphOnlyCache(forward_name="_augmented_forward", inverse_name="_augmented_inverse")
+
+    def _forward_and_log_det(self, u, **kwargs):
+        raise NotImplementedError
+
+    def _inverse_and_log_det(self, x, **kwargs):
+        raise NotImplementedError
+
+    # What the cache calls: the value, and the log-dets it stores beside it.
+    def _augmented_forward(self, u, **kwargs):
+        x, fldj = self._forward_and_log_det(u, **kwargs)
+        return x, {"fldj": fldj, "ildj": -fldj}
+
+    def _augmented_inverse(self, x, **kwargs):
+        u, ildj = self._inverse_and_log_det(x, **kwargs)
+        return u, {"ildj": ildj, "fldj": -ildj}
+
+    # TFP's contract, reached only on a cache miss.
+    def _forward(self, u, **kwargs):
+        return self._augmented_forward(u, **kwargs)[0]
+
+    def _inverse(self, x, **kwargs):
+        return self._augmented_inverse(x, **kwargs)[0]
+
+    def _forward_log_det_jacobian(self, u, **kwargs):
+        return self._augmented_forward(u, **kwargs)[1]["fldj"]
+
+    def _inverse_log_det_jacobian(self, x, **kwargs):
+        return self._augmented_inverse(x, **kwargs)[1]["ildj"]
