@@ -131,6 +131,9 @@ class RunBackup(keras.callbacks.Callback):
     Each epoch writes new files and then replaces ``state.json``, which names them:
     a run killed while writing resumes from the previous epoch, never from a mix.
     ``resumed_from`` is the epoch a resumed run started at (``None`` if fresh).
+    Pass ``initial_epoch=backup.saved_epoch()`` to `fit`, so that it counts on from
+    there (what `keras.callbacks.BackupAndRestore` does by writing a private attribute
+    of the model).
     """
 
     STATE = "state.json"
@@ -141,6 +144,11 @@ class RunBackup(keras.callbacks.Callback):
         self.stopper = stopper
         self.resumed_from = None
 
+    def saved_epoch(self) -> int:
+        """The epochs the backed-up run had finished (0 for none): fit's ``initial_epoch``."""
+        state_path = self.directory / self.STATE
+        return json.loads(state_path.read_text())["epoch"] if state_path.exists() else 0
+
     def on_train_begin(self, logs=None):
         state_path = self.directory / self.STATE
         if not state_path.exists():
@@ -149,8 +157,6 @@ class RunBackup(keras.callbacks.Callback):
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
         self.model.load_weights(self.directory / state["weights"])
-        # What keras.callbacks.BackupAndRestore sets: fit starts from this epoch.
-        self.model._initial_epoch = state["epoch"]
         if self.stopper is not None and state.get("stopper"):
             saved = state["stopper"]
             self.stopper.best, self.stopper.wait = saved["best"], saved["wait"]
@@ -274,6 +280,7 @@ def fit_as_paper(
     history = model.fit(
         train_ds, validation_data=val_ds, epochs=max_epochs, callbacks=all_callbacks, verbose=verbose,
         shuffle=False,  # the pipeline shuffles (a fresh permutation each epoch)
+        initial_epoch=backup.saved_epoch() if backup else 0,
     )
     resumed_from = backup.resumed_from if backup else None
     epochs = history.epoch[-1] + 1 if history.epoch else (resumed_from or 0)
