@@ -116,6 +116,12 @@ class DensityModel(keras.Model):
     def _distribution(self, y, training) -> tfd.Distribution:
         raise NotImplementedError
 
+    def fit_in_closed_form(self, x, y=None) -> bool:
+        """Fits the maximum-likelihood weights directly, where a model has them in closed
+        form (`keras_models.zoo.Gaussian`), and says whether it did. `fit_as_paper` asks
+        this before gradient training."""
+        return False
+
     # -- density ---------------------------------------------------------------
 
     def _check(self, x, y):

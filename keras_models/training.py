@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_models.density_model import DensityModel
-from keras_models.zoo import LEARNING_RATES, Gaussian
+from keras_models.zoo import LEARNING_RATES
 
 __all__ = [
     "BatchNormStatistics",
@@ -262,8 +262,7 @@ def fit_as_paper(
     ``shuffle_epoch``: the training pipeline's shuffle counter
     (``Pipelines.epoch``), which a resumed run needs to replay the same batches.
     """
-    if isinstance(model, Gaussian):
-        model.fit_closed_form(x_train, y_train)
+    if model.fit_in_closed_form(x_train, y_train):
         return None, {"epochs": 0, "early_stopped": True, "closed_form": True}
     stopper = keras.callbacks.EarlyStopping(
         monitor="val_loss", patience=patience, restore_best_weights=True

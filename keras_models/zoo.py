@@ -67,6 +67,10 @@ class Gaussian(DensityModel):
             trainable=False,
         )
 
+    def fit_in_closed_form(self, x, y=None) -> bool:
+        self.fit_closed_form(x, y)
+        return True
+
     def fit_closed_form(self, x, y=None, jitter: float = 1e-6) -> Gaussian:
         x = np.asarray(x, dtype=np.float64)
         if self.conditional_dims is None:
