@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tfp_maf import ExpGammaBatchNorm, ExpGammaBatchNormalization, apply_masks, flow_kwargs
-from tfp_maf._graph_memory import custom_gradients_released
+from tfp_maf._graph_memory import custom_gradients_released, traced_on_purpose
 from tfp_maf.layers.sequential import without_gradients
 
 tfd = tfp.distributions
@@ -200,11 +200,7 @@ class DensityModel(keras.Model):
         cache = self.__dict__.setdefault("_traced_calls", {})  # not a Keras-tracked attribute
         key = (name, None if y is None else y.shape.rank)
         if key not in cache:
-            traced = tf.function(fn, reduce_retracing=True)
-            # TF counts traces per method across models: a sweep's models each trace once,
-            # by design, which TF would report as a retracing problem.
-            traced._omit_frequent_tracing_warning = True
-            cache[key] = traced
+            cache[key] = traced_on_purpose(fn, reduce_retracing=True)
         return cache[key]
 
     def call(self, inputs, training=False):

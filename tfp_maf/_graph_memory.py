@@ -1,4 +1,5 @@
-"""What a traced graph leaves behind in TF's process-wide registries, released.
+"""What traced graphs leave in TF's process-wide state: registrations, released;
+traces made on purpose, not reported as retracing.
 
 `tf.custom_gradient` registers, on every trace, a gradient function under a fresh
 name in TF's gradient registry, which TF never empties; the function holds the
@@ -16,7 +17,7 @@ import contextlib
 import tensorflow as tf
 from tensorflow.python.framework import ops
 
-__all__ = ["custom_gradients_released"]
+__all__ = ["custom_gradients_released", "traced_on_purpose"]
 
 _PREFIX = "CustomGradient-"  # the names tf.custom_gradient registers under
 
@@ -39,3 +40,13 @@ def custom_gradients_released():
     finally:
         for name in [n for n in registry if n.startswith(_PREFIX) and n not in before]:
             del registry[name]
+
+
+def traced_on_purpose(fn, **kwargs):
+    """``tf.function(fn, **kwargs)`` without TF's "frequent retracing" warning. TF counts
+    traces per Python function across instances: every model of a sweep, every MADE of a
+    flow, every chunk size traces the same function once, by design and a bounded number
+    of times, which TF would report as a retracing problem."""
+    function = tf.function(fn, **kwargs)
+    function._omit_frequent_tracing_warning = True
+    return function

@@ -80,18 +80,6 @@ class _GraphLocalStorage:
     def __delitem__(self, key):
         del self.current()[key]
 
-    def __contains__(self, key):
-        return key in self.current()
-
-    def __iter__(self):
-        return iter(self.current())
-
-    def __len__(self):
-        return len(self.current())
-
-    def get(self, key, default=None):
-        return self.current().get(key, default)
-
     def setdefault(self, key, default=None):
         return self.current().setdefault(key, default)
 

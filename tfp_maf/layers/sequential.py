@@ -44,6 +44,8 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from tfp_maf._graph_memory import traced_on_purpose
+
 __all__ = ["SequentialPlan", "compiled_programs", "sequential_pass", "without_gradients"]
 
 
@@ -62,6 +64,9 @@ class SequentialPlan:
             np.searchsorted(np.sort(d, kind="stable"), np.arange(D + 1), side="right").astype(np.int32)
             for d in hidden_degrees
         ]
+        # What two plans compare by (`_Structure`): computed once, read at every pass.
+        arrays = [self.var_at, *self.unit_order, *self.offsets]
+        self.fingerprint = b"|".join(np.ascontiguousarray(a, np.int64).tobytes() for a in arrays)
 
 
 class _Structure(NamedTuple):
@@ -76,19 +81,15 @@ class _Structure(NamedTuple):
     activation: Callable
     conditional_dims: int | None
     sequential_plan: SequentialPlan
-    fingerprint: bytes  # of the plan's arrays: what equality and hashing compare
 
     @classmethod
     def of(cls, made) -> _Structure:
-        plan = made.sequential_plan
-        arrays = [plan.var_at, *plan.unit_order, *plan.offsets]
-        fingerprint = b"|".join(np.ascontiguousarray(a, np.int64).tobytes() for a in arrays)
         return cls(made.event_size, tuple(made.hidden_units), made.params_per_dim,
-                   made.activation, made.conditional_dims, plan, fingerprint)
+                   made.activation, made.conditional_dims, made.sequential_plan)
 
     def key(self) -> tuple:
         return (self.event_size, self.hidden_units, self.params_per_dim, self.activation,
-                self.conditional_dims, self.fingerprint)
+                self.conditional_dims, self.sequential_plan.fingerprint)
 
 
 #: ``(structure key, emit key, tuning) -> _Compiled``: the compiled samplers, shared by
@@ -223,23 +224,14 @@ class _Loops:
     def __call__(self, chunk: int) -> Callable:
         if chunk not in self.by_chunk:
             structure, emit = self.structure, self.emit
-            self.by_chunk[chunk] = _traced_on_purpose(tf.function(
+            self.by_chunk[chunk] = traced_on_purpose(
                 lambda noise, y, prepared: _run_prepared(structure, emit, noise, y, prepared),
-                jit_compile=True
-            ))
+                jit_compile=True,
+            )
         return self.by_chunk[chunk]
 
     def programs(self) -> int:
         return sum(f.experimental_get_tracing_count() for f in self.by_chunk.values())
-
-
-def _traced_on_purpose(function):
-    """``function`` without TF's "frequent retracing" warning. TF counts traces per Python
-    function across instances: every MADE of a flow (and every chunk size) traces the
-    same lambda once, by design and a bounded number of times, which TF would report as
-    a retracing problem."""
-    function._omit_frequent_tracing_warning = True
-    return function
 
 
 class _Compiled(NamedTuple):
@@ -266,10 +258,10 @@ def _compiled(made, emit: Callable, key) -> _Compiled:
         loops = _Loops(structure, emit)
         # A graph (also when called eagerly), so that the parts' loops run at once; its
         # batch dimension relaxes to None on the second size, so it traces at most twice.
-        outer = _traced_on_purpose(tf.function(
+        outer = traced_on_purpose(
             lambda noise, y, weights: _sample_graph(structure, loops, noise, y, weights),
             reduce_retracing=True,
-        ))
+        )
         _COMPILED[full_key] = _Compiled(outer, loops)
     return _COMPILED[full_key]
 
