@@ -126,7 +126,7 @@ def _progress(args) -> list:
 def cmd_reproduce(args) -> dict:
     from keras_models import experiment, figures
 
-    models = args.models or ["gaussian", "made", "made-mog", "realnvp5", "realnvp10", "maf5", "maf10", "maf-mog5"]
+    models = args.models or list(experiment.TABLE_MODELS)
     figure_dir = Path(args.results) / "figures"
     kept = {}
 
@@ -139,7 +139,9 @@ def cmd_reproduce(args) -> dict:
     result = experiment.reproduce(
         args.dataset, models, data_dir=args.data_dir, conditional=args.conditional,
         size_options=args.size_options, max_minutes=args.max_minutes, max_epochs=args.max_epochs,
-        seed=args.seed, results_dir=args.results, verbose=2 if args.verbose else 0, on_model=on_model,
+        seed=args.seed, results_dir=args.results, runs_dir=args.runs, on_model=on_model,
+        callbacks=_progress(args),
+        log=None if args.quiet else (lambda text: print(f"tfp-maf: {text}", file=sys.stderr, flush=True)),
     )
     if args.dataset == "figure1" and not args.no_figures:
         figures.save_figure1(kept, figure_dir / "figure1.png")
@@ -237,12 +239,19 @@ def _parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--results", default="results")
     reproduce.add_argument("--size-options", type=int, nargs="+", default=None,
                            help="indices of the paper's hidden-size options to try (default: all)")
-    reproduce.add_argument("--max-minutes", type=float, default=None, help="budget per training run")
-    reproduce.add_argument("--max-epochs", type=int, default=1000)
+    reproduce.add_argument("--runs", default=None,
+                           help="where each training run backs itself up and is kept (default: "
+                                "runs/<dataset>[_conditional]); the same command again resumes from there")
+    reproduce.add_argument("--max-minutes", type=float, default=None,
+                           help="budget per training run in this call; the same command again goes on")
+    reproduce.add_argument("--max-epochs", type=int, default=1000,
+                           help="epoch cap per training run (default 1000: early stopping decides)")
     reproduce.add_argument("--seed", type=int, default=0)
     reproduce.add_argument("--no-figures", action="store_true")
-    reproduce.add_argument("--verbose", action="store_true")
-    reproduce.set_defaults(func=cmd_reproduce)
+    reproduce.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    reproduce.add_argument("--verbose", action="store_true",
+                           help="(kept for old scripts: progress is shown unless --quiet)")
+    reproduce.set_defaults(func=cmd_reproduce, patience=30)  # the paper's
 
     evaluate = sub.add_parser("evaluate", help="print the test log-likelihood of a trained model")
     evaluate.add_argument("--out", required=True)

@@ -55,8 +55,9 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
         max_minutes=max_minutes, verbose=verbose, backup_dir=backup_dir, callbacks=callbacks,
         shuffle_epoch=pipelines.epoch,
     )
+    # A resumed run's wall time counts every session it ran in (the backup keeps it).
     info.update(hidden_units=kwargs.get("hidden_units"), parameters=int(model.count_params()),
-                wall_time_s=round(time.monotonic() - start, 1))
+                wall_time_s=info.get("train_seconds") or round(time.monotonic() - start, 1))
     return model, info
 
 
@@ -119,54 +120,105 @@ def paper_value(dataset: str, model: str, conditional: bool = False) -> tuple[fl
     return None if cell is None else (float(cell[0]), float(cell[1]))
 
 
+#: The rows of the paper's tables, in their order.
+TABLE_MODELS = ("gaussian", "made", "made-mog", "realnvp5", "realnvp10", "maf5", "maf10", "maf-mog5")
+
+
 def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
               size_options=None, max_minutes: float | None = None, max_epochs: int = 1000,
-              seed: int = 0, results_dir="results", verbose=0, on_model=None) -> dict:
+              seed: int = 0, results_dir="results", runs_dir=None, verbose=0, callbacks=(),
+              log=None, on_model=None) -> dict:
     """Trains each model on every hidden-size option (or ``size_options``), keeps the
     best on validation data, and writes ``<results_dir>/<dataset>[_conditional].json``
-    and ``.md``. ``on_model(name, model, splits)`` is called with each kept model
-    (the CLI draws figures there)."""
+    and ``.md``.
+
+    Runs that take hours survive being killed: each training run backs itself up
+    every epoch under ``runs_dir`` (default ``runs/<dataset>[_conditional]``), and the
+    same call again resumes it; a finished run is kept there and not trained again
+    unless a larger ``max_epochs`` (or a new ``max_minutes``) asks it to go on. The
+    results file is updated row by row as each model ends: rows of models not in
+    ``models`` stay as they were. ``callbacks`` go to every training run, ``log(text)``
+    hears what starts and ends, and ``on_model(name, model, splits)`` is called with
+    each kept model (the CLI draws figures there).
+    """
     from keras_models import presets
 
     splits = load_splits(dataset, data_dir, seed)
     options = size_options if size_options is not None else range(len(presets.HIDDEN_UNIT_OPTIONS[dataset]))
     stem = f"{dataset}_conditional" if conditional else dataset
-    rows, started = [], time.monotonic()
+    runs_dir = Path(runs_dir) if runs_dir is not None else Path("runs") / stem
+    log = log or (lambda text: None)
     for name in models:
         tried, best = [], None
         for option in ([0] if name == "gaussian" else options):
-            model, info = train(splits, name, conditional=conditional, size_option=option, seed=seed,
-                                max_minutes=max_minutes, max_epochs=max_epochs, verbose=verbose)
+            run_dir = runs_dir / f"{name}-option{option}-seed{seed}"
+            log(f"{stem}: {name}, hidden-size option {option} (run directory {run_dir})")
+            model, info = _train_or_resume(splits, name, run_dir, conditional=conditional, size_option=option,
+                                           seed=seed, max_minutes=max_minutes, max_epochs=max_epochs,
+                                           verbose=verbose, callbacks=callbacks)
             val = evaluate(model, splits, conditional, split="val")["val_log_likelihood"]
+            log(f"{stem}: {name}, option {option}: {info['epochs']} epochs, validation log-likelihood {val:.2f}")
             tried.append({"hidden_units": info["hidden_units"], "val_log_likelihood": val,
                           "epochs": info["epochs"], "early_stopped": info["early_stopped"]})
             if best is None or val > best[0]:
                 best = (val, model, info)
         _, model, info = best
-        row = {"model": name, **evaluate(model, splits, conditional), **info, "options_tried": tried}
+        row = {"model": name, **evaluate(model, splits, conditional), **info, "options_tried": tried,
+               "budget": {"max_minutes_per_run": max_minutes, "max_epochs": max_epochs}}
         paper = paper_value(dataset, name, conditional)
         row["paper"] = None if paper is None else {"log_likelihood": paper[0], "error_bar": paper[1]}
         if paper is not None:
             # Within the paper's error bars: the two intervals overlap.
             gap = abs(row["test_log_likelihood"] - paper[0])
             row["within_paper_error_bars"] = bool(gap <= paper[1] + row["test_log_likelihood_2se"])
-        rows.append(row)
         if on_model is not None:
             on_model(name, model, splits)
-        _write(results_dir, stem, dataset, conditional, rows, max_minutes, max_epochs, started)
+        _write_row(results_dir, stem, dataset, conditional, row)
+        log(f"{stem}: {name}: test log-likelihood {row['test_log_likelihood']:.2f}; "
+            f"written to {Path(results_dir) / stem}.json")
     return json.loads((Path(results_dir) / f"{stem}.json").read_text())
 
 
-def _write(results_dir, stem, dataset, conditional, rows, max_minutes, max_epochs, started):
+def _train_or_resume(splits, name, run_dir: Path, *, max_epochs, max_minutes, **kwargs):
+    """`train`, backed up in ``run_dir``; a run that already ended there under this
+    budget is loaded instead of trained again."""
+    import keras
+
+    import keras_models.zoo  # noqa: F401  (registers the model classes for loading)
+
+    done, saved = run_dir / "done.json", run_dir / "model.keras"
+    if name != "gaussian" and done.exists() and saved.exists():
+        info = json.loads(done.read_text())
+        if info["early_stopped"] or (info["epochs"] >= max_epochs and info["max_minutes"] == max_minutes):
+            return keras.saving.load_model(saved, safe_mode=True), info["info"]
+    model, info = train(splits, name, max_epochs=max_epochs, max_minutes=max_minutes,
+                        backup_dir=None if name == "gaussian" else run_dir / "backup", **kwargs)
+    if name != "gaussian":
+        # The backup stays: a later call with a larger epoch cap continues from it.
+        model.save(saved)
+        done.write_text(json.dumps({"early_stopped": info["early_stopped"], "epochs": info["epochs"],
+                                    "max_minutes": max_minutes, "info": info}, indent=2) + "\n")
+    return model, info
+
+
+def _write_row(results_dir, stem, dataset, conditional, row):
+    """Puts ``row`` in the results file in place of that model's earlier row, if any."""
     out = Path(results_dir)
     out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{stem}.json"
+    earlier = json.loads(path.read_text()) if path.exists() else {"rows": []}
+    rows = [{"budget": earlier.get("budget"), **r} for r in earlier["rows"]]  # older files: one budget
+    rows = [r for r in rows if r["model"] != row["model"]] + [row]
+    order = {name: i for i, name in enumerate(TABLE_MODELS)}
+    rows.sort(key=lambda r: order.get(r["model"], len(order)))
     result = {
         "dataset": dataset, "conditional": conditional,
-        "budget": {"max_minutes_per_run": max_minutes, "max_epochs": max_epochs},
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
-        "wall_time_s": round(time.monotonic() - started, 1), "rows": rows,
+        "wall_time_s": round(sum(r["wall_time_s"] for r in rows), 1), "rows": rows,
     }
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(result, indent=2) + "\n")
+    partial.replace(path)  # a kill mid-write leaves the previous file whole
     (out / f"{stem}.md").write_text(markdown_table(result))
 
 
@@ -175,36 +227,44 @@ def _fmt(value, two_se):
     return f"{value:.{digits}f} +- {two_se:.{digits}f}"
 
 
+def _stop_reason(row, budget) -> str:
+    if row.get("closed_form"):
+        return "closed form"
+    if row["early_stopped"]:
+        return "yes"
+    if budget.get("max_minutes_per_run") and row["epochs"] < budget["max_epochs"]:
+        return f"**no (budget: {budget['max_minutes_per_run']:g} min)**"
+    return f"**no (cap: {budget['max_epochs']} epochs)**"
+
+
 def markdown_table(result: dict) -> str:
-    """Our test log-likelihood beside the paper's, with budgets and early stopping."""
+    """Our test log-likelihood beside the paper's, with each row's budget and
+    whether early stopping was reached."""
     title = result["dataset"] + (" (conditional)" if result["conditional"] else "")
-    budget = result["budget"]
-    limit = [f"{budget['max_minutes_per_run']} min" if budget["max_minutes_per_run"] else None,
-             f"{budget['max_epochs']} epochs" if budget["max_epochs"] != 1000 else None]
-    limit = " and ".join(x for x in limit if x) or "none (the paper's protocol)"
     lines = [
         f"## {title}",
         "",
-        f"Budget per training run: {limit}. Total wall time {result['wall_time_s']:.0f} s.",
+        f"Total training time {result['wall_time_s']:.0f} s, on {result['machine']['processor']}.",
         "",
         "| model | hidden units | test log-likelihood (ours) | paper | ours - paper | within error bars | "
-        "epochs | early stopping reached | wall time (s) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "bits per pixel | epochs | early stopping reached | training time (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
+        budget = row["budget"]
         paper = row.get("paper")
         paper_text = "-" if paper is None else (
             f"{paper['log_likelihood']} (exact)" if paper["error_bar"] == 0
             else _fmt(paper["log_likelihood"], paper["error_bar"]))
         gap = "-" if paper is None else f"{row['test_log_likelihood'] - paper['log_likelihood']:+.3f}"
         within = "-" if paper is None else ("yes" if row["within_paper_error_bars"] else "no")
-        stopped = "closed form" if row.get("closed_form") else ("yes" if row["early_stopped"] else "**no (budget)**")
+        bpp = _fmt(row["test_bits_per_pixel"], row["test_bits_per_pixel_2se"]) if "test_bits_per_pixel" in row else "-"
         lines.append(
             f"| {row['model']} | {row['hidden_units'] or '-'} | "
             f"{_fmt(row['test_log_likelihood'], row['test_log_likelihood_2se'])} | {paper_text} | {gap} | {within} | "
-            f"{row['epochs']} | {stopped} | {row['wall_time_s']:.0f} |"
+            f"{bpp} | {row['epochs']} | {_stop_reason(row, budget)} | {row['wall_time_s']:.0f} |"
         )
     lines += ["", "Error bars are 2 standard errors of the mean test log-likelihood, as in the paper.",
-              "A row whose early stopping was not reached stopped on its budget: its number is a lower",
-              "bound on what the paper's protocol would reach.", ""]
+              "A row whose early stopping was not reached stopped on its budget or epoch cap: its",
+              "number is a lower bound on what the paper's protocol would reach.", ""]
     return "\n".join(lines)

@@ -130,7 +130,8 @@ class RunBackup(keras.callbacks.Callback):
 
     Each epoch writes new files and then replaces ``state.json``, which names them:
     a run killed while writing resumes from the previous epoch, never from a mix.
-    ``resumed_from`` is the epoch a resumed run started at (``None`` if fresh).
+    ``resumed_from`` is the epoch a resumed run started at (``None`` if fresh);
+    ``seconds`` the training time of the run so far, over every resumption.
     Pass ``initial_epoch=backup.saved_epoch()`` to `fit`, so that it counts on from
     there (what `keras.callbacks.BackupAndRestore` does by writing a private attribute
     of the model).
@@ -143,17 +144,25 @@ class RunBackup(keras.callbacks.Callback):
         self.directory = Path(directory)
         self.stopper = stopper
         self.resumed_from = None
+        self._seconds_before, self._begin = 0.0, None
 
     def saved_epoch(self) -> int:
         """The epochs the backed-up run had finished (0 for none): fit's ``initial_epoch``."""
         state_path = self.directory / self.STATE
         return json.loads(state_path.read_text())["epoch"] if state_path.exists() else 0
 
+    @property
+    def seconds(self) -> float:
+        """Training time so far, summed over the runs this backup resumed."""
+        return self._seconds_before + (time.monotonic() - self._begin if self._begin is not None else 0.0)
+
     def on_train_begin(self, logs=None):
+        self._begin = time.monotonic()
         state_path = self.directory / self.STATE
         if not state_path.exists():
             return
         state = json.loads(state_path.read_text())
+        self._seconds_before = state.get("seconds", 0.0)
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
         self.model.load_weights(self.directory / state["weights"])
@@ -169,7 +178,7 @@ class RunBackup(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self.directory.mkdir(parents=True, exist_ok=True)
         tag = f"epoch-{epoch + 1}"
-        state = {"epoch": epoch + 1, "weights": f"{tag}.weights.h5"}
+        state = {"epoch": epoch + 1, "weights": f"{tag}.weights.h5", "seconds": round(self.seconds, 1)}
         self.model.save_weights(self.directory / state["weights"], overwrite=True)
         if self.stopper is not None:
             saved = {"best": _scalar(self.stopper.best), "wait": int(self.stopper.wait),
@@ -289,5 +298,6 @@ def fit_as_paper(
         and not (budget and budget.stopped) and not non_finite.message,
         "best_val_loss": _scalar(stopper.best),
         "resumed_from_epoch": resumed_from,
+        "train_seconds": round(backup.seconds, 1) if backup else None,
         "stopped_on_non_finite": non_finite.message,
     }

@@ -241,19 +241,32 @@ def test_saved_model_serves_log_prob_without_tfp_maf(conditional, tmp_path):
 def test_reproduce_writes_results_beside_the_paper_and_figures(tmp_path):
     from keras_models import cli, experiment
 
-    cli.main(["reproduce", "--models", "gaussian", "made", "--max-epochs", "2", "--results", str(tmp_path)])
+    common = ["reproduce", "--results", str(tmp_path), "--runs", str(tmp_path / "runs"), "--quiet"]
+    cli.main([*common, "--models", "gaussian", "made", "--max-epochs", "2"])
     result = json.loads((tmp_path / "figure1.json").read_text())
     assert [row["model"] for row in result["rows"]] == ["gaussian", "made"]
     made = result["rows"][1]
     assert made["epochs"] == 2 and not made["early_stopped"]
     assert made["paper"] == {"log_likelihood": -3.531, "error_bar": 0.0}
     table = (tmp_path / "figure1.md").read_text()
-    assert "**no (budget)**" in table and "-3.531 (exact)" in table and "2 epochs" in table
+    assert "**no (cap: 2 epochs)**" in table and "-3.531 (exact)" in table
     assert (tmp_path / "figures" / "figure1.png").stat().st_size > 10_000
     assert json.loads((tmp_path / "figures" / "figure1_made.json").read_text())["u_space"]["gaussian_kl"] > 0
     assert experiment.paper_value("miniboone", "maf-mog5") == (-11.68, 0.44)
     assert experiment.paper_value("cifar10", "maf10", conditional=True) == (3058.0, 26.0)
     assert experiment.paper_value("power", "maf5", conditional=True) is None
+
+    # The same command again trains nothing: the finished run is loaded, the row unchanged.
+    cli.main([*common, "--models", "made", "--max-epochs", "2", "--no-figures"])
+    again = json.loads((tmp_path / "figure1.json").read_text())
+    assert again["rows"][1]["test_log_likelihood"] == made["test_log_likelihood"]
+    # A larger cap goes on from the kept backup; the other rows stay as they were.
+    cli.main([*common, "--models", "made", "--max-epochs", "3", "--no-figures"])
+    longer = json.loads((tmp_path / "figure1.json").read_text())
+    assert [row["model"] for row in longer["rows"]] == ["gaussian", "made"]
+    assert longer["rows"][0] == result["rows"][0]
+    assert longer["rows"][1]["epochs"] == 3 and longer["rows"][1]["resumed_from_epoch"] == 2
+    assert longer["rows"][1]["wall_time_s"] >= made["wall_time_s"]
 
 
 def test_saved_kernels_with_entries_outside_the_masks_load_as_the_masked_network(tmp_path):
