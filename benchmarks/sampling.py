@@ -4,7 +4,7 @@ For a MADE of 1 x 1024 relu units (fixed hidden size) and D = 8, 43, 63, 784, ti
 one run, float32, inside `tf.function`, medians of ``--repeats`` with min and max:
 
 - ``log_prob`` of ``--n`` points (one pass),
-- drawing ``--n`` samples with tfp-maf's mask-aware pass (`tfp_maf.layers.sequential`),
+- drawing ``--n`` samples with tfp-maf's mask-aware pass (`tfp_maf.sampling`),
 - drawing them with the plain loop that re-runs the whole MADE D times (what TFP, nflows,
   zuko and the paper's code do; here our own `_plain_forward`, the same maths),
 

@@ -13,7 +13,7 @@ import tensorflow_probability as tfp
 
 from tfp_maf import ExpGammaBatchNorm, ExpGammaBatchNormalization, apply_masks, flow_kwargs
 from tfp_maf._graph_memory import custom_gradients_released, traced_on_purpose
-from tfp_maf.layers.sequential import without_gradients
+from tfp_maf.sampling import without_gradients
 
 tfd = tfp.distributions
 
@@ -238,7 +238,7 @@ class DensityModel(keras.Model):
         return self._draw(n, y, seed)
 
     def _draw(self, n, y, seed):
-        # Values only: no gradient machinery kept per trace (`sequential.without_gradients`);
+        # Values only: no gradient machinery kept per trace (`tfp_maf.sampling.without_gradients`);
         # model.distribution().sample() under a tape is the differentiable path.
         with without_gradients():
             dist = self._distribution(y, False)

@@ -19,7 +19,7 @@ from tensorflow.python.framework.func_graph import FuncGraph
 
 import keras_models as km
 import tfp_maf
-from tfp_maf.layers import sequential
+from tfp_maf import sampling
 from tfp_maf.testing import randomize_weights
 
 D, K = 5, 3
@@ -42,14 +42,20 @@ def _traces(model) -> dict:
 
 def _programs(model) -> list:
     mades = [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADE)]
-    return [p for m in mades for p in sequential.compiled_programs(m).values()]
+    return [p for m in mades for p in sampling.compiled_programs(sampling.Structure.of(m)).values()]
+
+
+def _tune(model, **tuning):
+    for made in model._flatten_layers():
+        if isinstance(made, tfp_maf.MADE):
+            made.sampling_tuning = sampling.Tuning(**tuning)
 
 
 @pytest.mark.parametrize("name, conditional", [("maf5", False), ("made-mog", True), ("maf-mog5", True)])
-def test_calls_of_every_size_trace_and_compile_a_bounded_number_of_times(name, conditional, monkeypatch):
-    # Chunks of 16 rows: two chunk sizes (8, 16) to compile, and batches of many chunks.
-    monkeypatch.setattr(sequential, "_chunk_size", lambda made, batch=None: 16)
+def test_calls_of_every_size_trace_and_compile_a_bounded_number_of_times(name, conditional):
+    # Chunks of 16 rows: one chunk size to compile, and batches of many chunks.
     model = _model(name, conditional)
+    _tune(model, chunk_rows=16)
     rng = np.random.default_rng(0)
     y_row = np.eye(K, dtype=np.float32)[1] if conditional else None
     for n in SIZES[:4]:  # warm-up: the first sizes may each trace
@@ -61,17 +67,18 @@ def test_calls_of_every_size_trace_and_compile_a_bounded_number_of_times(name, c
         model.log_prob(rng.normal(size=(n, D)).astype(np.float32), None if y_row is None else np.tile(y_row, (n, 1)))
     assert _traces(model) == traces and all(count <= 2 for count in traces.values()), traces
     mades = [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADE)]
-    chunk_sizes = max(len(sequential._chunk_sizes(m)) for m in mades)
+    chunk_sizes = max(len(sampling.Schedule.of(sampling.Structure.of(m), m.sampling_tuning).chunk_sizes)
+                      for m in mades)
     now = _programs(model)
     assert all(graph <= 2 and xla <= chunk_sizes for graph, xla in now), now
 
 
-def test_a_seed_fixes_the_samples_whatever_the_chunking(monkeypatch):
+def test_a_seed_fixes_the_samples_whatever_the_chunking():
     model = _model("maf5")
     default = model.sample(300, seed=7).numpy()
     np.testing.assert_array_equal(model.sample(300, seed=7), default)  # an int seed is stateless
     again = _model("maf5")  # the same weights, a fresh sampler
-    monkeypatch.setattr(sequential, "_chunk_size", lambda made, batch=None: 16)
+    _tune(again, chunk_rows=16)
     np.testing.assert_allclose(again.sample(300, seed=7), default, rtol=1e-5, atol=1e-5)
     assert not np.allclose(model.sample(300, seed=8), default)
 

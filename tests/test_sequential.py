@@ -1,4 +1,4 @@
-"""Mask-aware sampling (tfp_maf.layers.sequential) equals the plain D-pass sampling."""
+"""Mask-aware sampling (tfp_maf.sampling) equals the plain D-pass sampling."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tfp_maf import MADE, MADEMoG, MaskedAutoregressive
-from tfp_maf.layers import sequential
-from tfp_maf.layers.sequential import SequentialPlan
+from tfp_maf.sampling import Schedule, SequentialPlan, Structure, Tuning
 from tfp_maf.testing import randomize_weights
 
 # (D, hidden units, conditional dims, order, hidden degrees): no / one / two hidden
@@ -24,10 +23,11 @@ CONFIGS = [
 ]
 
 
-def _made(config, num_components=None, dtype="float32"):
+def _made(config, num_components=None, dtype="float32", **tuning):
     D, hidden, K, order, degrees = config
     made = MADE(D, hidden, num_components=num_components, conditional_dims=K, order=order,
                 hidden_degrees=degrees, seed=3, dtype=dtype)
+    made.sampling_tuning = Tuning(**tuning)
     randomize_weights(made, seed=1, scale=0.3 / np.sqrt(max(hidden + [D])))
     return made
 
@@ -44,9 +44,7 @@ BLOCKS = [None, 3, 16]
 
 
 @pytest.fixture(params=BLOCKS, ids=lambda S: f"S{S or 'auto'}")
-def block_steps(request, monkeypatch):
-    if request.param is not None:
-        monkeypatch.setattr(sequential, "_block_steps", lambda made: request.param)
+def block_steps(request):
     return request.param
 
 
@@ -58,13 +56,12 @@ def test_maf_forward_equals_the_plain_loop(config, mode):
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"D{c[0]}-{c[1]}-K{c[2]}-{c[4]}")
 @pytest.mark.parametrize("block", BLOCKS[1:])
-def test_maf_forward_equals_the_plain_loop_for_any_block_size(config, block, monkeypatch):
-    monkeypatch.setattr(sequential, "_block_steps", lambda made: block)
-    _maf_forward_equals_the_plain_loop(config, "function")
+def test_maf_forward_equals_the_plain_loop_for_any_block_size(config, block):
+    _maf_forward_equals_the_plain_loop(config, "function", block_steps=block)
 
 
-def _maf_forward_equals_the_plain_loop(config, mode):
-    b = MaskedAutoregressive(_made(config))
+def _maf_forward_equals_the_plain_loop(config, mode, **tuning):
+    b = MaskedAutoregressive(_made(config, **tuning))
     u = tf.random.stateless_normal([32, config[0]], seed=[1, 2])
     y = _y(config, 32)
     fast, plain = b._mask_aware_forward, b._plain_forward
@@ -84,10 +81,8 @@ def _maf_forward_equals_the_plain_loop(config, mode):
 def test_concurrent_parts_equal_the_plain_loop(config, parts, monkeypatch):
     # Chunks of 8 rows: the batch of 32 goes in `parts` slices of whole chunks (with
     # padding for 3), each run by its own compiled loop.
-    monkeypatch.setattr(sequential, "_chunk_size", lambda made, batch=None: 8)
-    monkeypatch.setattr(sequential, "_parts", lambda made, batch: parts)
-    _maf_forward_equals_the_plain_loop(config, "eager")
-    dist = MADEMoG(_made(config, num_components=3))
+    _maf_forward_equals_the_plain_loop(config, "eager", chunk_rows=8, parts=parts)
+    dist = MADEMoG(_made(config, num_components=3, chunk_rows=8, parts=parts))
     y = _y(config, 32)
     kw = {} if y is None else {"conditional_input": y}
     fast = dist.sample(32, seed=(5, 6), **kw)
@@ -96,13 +91,13 @@ def test_concurrent_parts_equal_the_plain_loop(config, parts, monkeypatch):
 
 
 def test_parts_are_one_per_core_and_never_more_than_the_chunks():
-    made = MADE(43, [512, 512])
-    chunk = sequential._chunk_size(made)
-    assert sequential._parts(made, 1) == 1
-    assert sequential._parts(made, chunk) == 1
+    schedule = Schedule.of(Structure.of(MADE(43, [512, 512])), Tuning())
+    chunk = schedule.chunk_sizes[-1]
+    assert schedule.parts_for(1) == 1
+    assert schedule.parts_for(chunk) == 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    assert sequential._parts(made, 100 * chunk) == min(cores, 100)
-    assert 1 <= sequential._parts(made, None) <= cores
+    assert schedule.parts_for(100 * chunk) == min(cores, 100)
+    assert 1 <= schedule.parts_for(None) <= cores
 
 
 def test_maf_forward_broadcasts_batch_shapes_with_y():
@@ -118,7 +113,7 @@ def test_maf_forward_broadcasts_batch_shapes_with_y():
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"D{c[0]}-{c[1]}-K{c[2]}-{c[4]}")
 def test_made_mog_sample_equals_the_plain_loop(config, monkeypatch, block_steps):
-    dist = MADEMoG(_made(config, num_components=3))
+    dist = MADEMoG(_made(config, num_components=3, block_steps=block_steps))
     y = _y(config, 40)
     kw = {} if y is None else {"conditional_input": y}
     fast = dist.sample(40, seed=(5, 6), **kw)
@@ -129,7 +124,7 @@ def test_made_mog_sample_equals_the_plain_loop(config, monkeypatch, block_steps)
 
 def test_float64_is_exact_to_rounding(block_steps):
     config = CONFIGS[3]
-    b = MaskedAutoregressive(_made(config, dtype="float64"))
+    b = MaskedAutoregressive(_made(config, dtype="float64", block_steps=block_steps))
     u = tf.random.stateless_normal([16, config[0]], seed=[7, 8], dtype=tf.float64)
     y = _y(config, 16, "float64")
     np.testing.assert_allclose(b._mask_aware_forward(u, y)[0], b._plain_forward(u, y)[0], atol=1e-12)
@@ -137,9 +132,18 @@ def test_float64_is_exact_to_rounding(block_steps):
 
 def test_block_size_keeps_the_in_block_work_small():
     # MNIST-like and MINIBOONE-like MADEs get blocks of several steps; a tiny one, one step.
-    assert sequential._block_steps(MADE(784, [1024])) == 16
-    assert sequential._block_steps(MADE(43, [512, 512])) == 1
-    assert sequential._block_steps(MADE(5, [16, 16])) == 1
+    def block_steps(made):
+        return Schedule.of(Structure.of(made), Tuning()).block_steps
+
+    assert block_steps(MADE(784, [1024])) == 16
+    assert block_steps(MADE(43, [512, 512])) == 1
+    assert block_steps(MADE(5, [16, 16])) == 1
+    assert Schedule.of(Structure.of(MADE(5, [16, 16])), Tuning(block_steps=4, chunk_rows=8)) == (4, (8,), None)
+
+
+def test_tuning_refuses_what_is_not_a_positive_count():
+    with pytest.raises(ValueError, match="block_steps must be a positive integer"):
+        Tuning(block_steps=0)
 
 
 def test_plan_blocks_cover_every_unit_once():
@@ -156,13 +160,11 @@ def test_plan_blocks_cover_every_unit_once():
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
 @pytest.mark.parametrize("block", [None, 3])
-def test_gradients_through_sampling_equal_the_plain_loop(mode, block, monkeypatch):
+def test_gradients_through_sampling_equal_the_plain_loop(mode, block):
     """The XLA-compiled loop is differentiated through the same loop run by TF: the
     gradients with respect to the noise, y and every weight equal the plain loop's."""
-    if block is not None:
-        monkeypatch.setattr(sequential, "_block_steps", lambda made: block)
     config = CONFIGS[1]
-    made = _made(config)
+    made = _made(config, block_steps=block)
     b = MaskedAutoregressive(made)
     u = tf.random.stateless_normal([8, config[0]], seed=[9, 9])
     y = _y(config, 8)

@@ -148,7 +148,7 @@ class MaskedAutoregressive(LayerVariables, FusedBijector):
         return self._plain_forward(u, conditional_input)
 
     def _mask_aware_forward(self, u, conditional_input):
-        """x = f(u) in one MADE pass spread over D steps (see `tfp_maf.layers.sequential`)."""
+        """x = f(u) in one MADE pass spread over D steps (see `tfp_maf.sampling`)."""
         emit = functools.partial(_affine_step, log_scale_bound=self._log_scale_bound)
         x, log_scale = self._made.sample_sequentially(
             emit, u, conditional_input, key=("affine", self._log_scale_bound)

@@ -215,7 +215,7 @@ class MADEMoG(LayerVariables, tfd.Distribution):
 
     def _mask_aware_sample(self, shape, gumbel, normal, conditional_input):
         """The same draw as the D-pass loop, in one MADE pass spread over D steps
-        (see `tfp_maf.layers.sequential`)."""
+        (see `tfp_maf.sampling`)."""
         C = self._made.num_components
         # `normal` [*shape, D] and `gumbel` [*shape, D, C] have the full batch shape.
         emit = functools.partial(_mixture_step, num_components=C)

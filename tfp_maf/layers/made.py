@@ -39,8 +39,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfp_maf import _checks, masks
-from tfp_maf.layers.sequential import SequentialPlan, sequential_pass
+from tfp_maf import _checks, masks, sampling
 
 __all__ = ["MADE", "MaskedDense", "apply_masks", "masked_gradient"]
 
@@ -231,6 +230,11 @@ class MADE(keras.layers.Layer):
         Glorot-uniform for the mixture head, where equal components would get
         equal gradients and never separate.
       kernel_regularizer: applied to every kernel, e.g. ``keras.regularizers.L2(1e-6)``.
+
+    Attributes:
+      sampling_tuning: how `sample_sequentially` schedules its pass
+        (`tfp_maf.sampling.Tuning`: block size, chunk rows, parts); the default chooses
+        from the sizes. Not saved with the model: it changes no value.
     """
 
     def __init__(
@@ -315,6 +319,7 @@ class MADE(keras.layers.Layer):
                 )
                 for i, w in enumerate(widths)
             ]
+        self.sampling_tuning = sampling.Tuning()
         self.built = True
 
     def set_weights(self, weights):
@@ -322,9 +327,9 @@ class MADE(keras.layers.Layer):
         apply_masks(self)  # the kernels hold zeros outside their masks (`MaskedDense`)
 
     @functools.cached_property
-    def sequential_plan(self) -> SequentialPlan:
-        """Degree bookkeeping for exact one-pass sequential sampling (`sequential_pass`)."""
-        return SequentialPlan(self.input_degrees, self.degrees)
+    def sequential_plan(self) -> sampling.SequentialPlan:
+        """Degree bookkeeping for exact one-pass sequential sampling (`tfp_maf.sampling`)."""
+        return sampling.SequentialPlan(self.input_degrees, self.degrees)
 
     # -- the network ---------------------------------------------------------
 
@@ -349,7 +354,8 @@ class MADE(keras.layers.Layer):
         """Sets the D variables in order, in one pass of the network spread over D steps.
 
         The exact autoregressive recursion x_i = emit(outputs(x_<i), noise_i) at about
-        the cost of one forward pass (`tfp_maf.layers.sequential`).
+        the cost of one forward pass (`tfp_maf.sampling`), scheduled by
+        ``self.sampling_tuning``.
 
         Args:
           emit: ``emit(params, t, noise_rows) -> (value, extra)``: ``params`` ``[P, B]``
@@ -379,9 +385,18 @@ class MADE(keras.layers.Layer):
         noise_rows = tf.nest.pack_sequence_as(
             noise, [rows(first, 1), *[rows(t, batch_rank) for t in flat[1:]]]
         )
-        x, extra = sequential_pass(self, emit, noise_rows, y2d, key=key)
+        x, extra = sampling.sequential_pass(sampling.Structure.of(self), self.sampling_weights(), emit,
+                                            noise_rows, y2d, key=key, tuning=self.sampling_tuning)
         shape = tf.concat([batch_shape, [self.event_size]], 0)
         return tf.reshape(x, shape), tf.reshape(extra, shape)
+
+    def sampling_weights(self) -> dict:
+        """The weights as tensors, masks applied, in the structure `tfp_maf.sampling` reads."""
+        return {
+            "hidden": [(layer.masked_kernel(), tf.convert_to_tensor(layer.bias)) for layer in self.hidden_layers],
+            "output": (self.output_layer.masked_kernel(), tf.convert_to_tensor(self.output_layer.bias)),
+            "conditional": [tf.convert_to_tensor(v) for v in self.conditional_kernels],
+        }
 
     def conditional_terms(self, y):
         """``y @ V_l`` for every layer that y feeds; computed once per ``y``."""
