@@ -18,6 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_models.batch_norm_statistics import BatchNormStatistics
 from keras_models.density_model import DensityModel
 from keras_models.zoo import LEARNING_RATES
 
@@ -30,25 +31,6 @@ __all__ = [
     "compile_as_paper",
     "fit_as_paper",
 ]
-
-
-class BatchNormStatistics(keras.callbacks.Callback):
-    """Sets batch-norm statistics from the whole training set before each
-    validation and at the end of training (appendix B of the paper)."""
-
-    def __init__(self, x_train, y_train=None):
-        super().__init__()
-        self.x_train, self.y_train = x_train, y_train
-
-    def _update(self):
-        self.model.set_batch_norm_statistics(self.x_train, self.y_train)
-
-    def on_test_begin(self, logs=None):
-        self._update()
-
-    def on_train_end(self, logs=None):
-        # Runs after EarlyStopping restored the best weights (callbacks run in order).
-        self._update()
 
 
 class TimeBudget(keras.callbacks.Callback):

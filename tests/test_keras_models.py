@@ -147,27 +147,6 @@ def test_batch_norm_statistics_come_from_the_training_set():
     np.testing.assert_allclose(model.log_prob(x, training=True), model.log_prob(x), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
-@pytest.mark.parametrize("name", ["maf5", "maf-mog5", "realnvp5"])
-def test_log_prob_in_halves_equals_the_whole_batch(name, conditional, monkeypatch):
-    x, y = _data(conditional, n=21)  # halves of 10 and 11 rows
-    model = _small(name, conditional)
-    keras.utils.set_random_seed(0)
-    for v in model.trainable_variables:  # off the identity start, so that layers matter
-        v.assign(np.random.normal(0.0, 0.3, v.shape).astype(np.float32))
-    model.set_batch_norm_statistics(x, y)
-    monkeypatch.setattr(km.DensityModel, "split_log_prob_rows", 8)
-    calls = []
-    whole = model._log_prob
-    monkeypatch.setattr(model, "_log_prob", lambda *a: calls.append(a[0].shape[0]) or whole(*a))
-    in_graph = tf.function(lambda x, y, training: model.log_prob(x, y, training=training))
-    np.testing.assert_allclose(in_graph(x, y, False), model.log_prob(x, y), rtol=1e-5, atol=1e-5)
-    assert calls == [10, 11, 10, 11], calls  # halves in the graph, and eagerly (a traced graph too)
-    calls.clear()
-    in_graph(x, y, True)  # training mode: batch norm needs the whole batch
-    assert calls == [21], calls
-
-
 def test_bad_input_raises_with_what_was_expected():
     model = km.MAF(2, hidden_units=[8], num_layers=1, conditional_dims=3)
     with pytest.raises(ValueError, match=r"expected x with 2 columns, got shape \[4, 5\]"):

@@ -21,6 +21,7 @@ def main() -> dict:
 
     import keras_models as km
     from keras_models import data, training
+    from keras_models.batch_norm_statistics import batch_norm_layers
     from tfp_maf.bijectors.exp_gamma_batch_norm import batch_moments
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -57,7 +58,7 @@ def main() -> dict:
         plain.set_weights(model.get_weights())
         plain.set_batch_norm_statistics(splits.x_train)
         norms = {name: [(layer.mean.numpy().tolist(), layer.variance.numpy().tolist())
-                        for layer in m.batch_norm_layers()] for name, m in (("set", model), ("plain", plain))}
+                        for layer in batch_norm_layers(m)] for name, m in (("set", model), ("plain", plain))}
         return {"loss": history.history["loss"], "val_loss": history.history["val_loss"], "norms": norms}
 
     out["single"] = run(tf.name_scope("single"))

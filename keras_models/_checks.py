@@ -1,0 +1,138 @@
+"""What a `DensityModel` accepts: each check raises an error that names what was
+expected and what came, before TensorFlow would fail somewhere deeper (or not at all)."""
+
+from __future__ import annotations
+
+import inspect
+import operator
+
+import keras
+import tensorflow as tf
+
+__all__ = ["check_count", "check_policy", "check_sample_y", "check_whole_executions", "check_x", "check_y",
+           "unpack"]
+
+
+def unpack(data):
+    """What Keras hands a step -> ``(x, y, sample_weight)``.
+
+    Every form Keras users write: ``x``; ``(x,)``; ``(x, y)`` (``fit(x, y)``, a dataset
+    of pairs); ``(x, y, sample_weight)``; and ``((x, y),)``, which ``fit((x, y))``
+    yields, the form ``model((x, y))`` takes.
+    """
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    if y is None and isinstance(x, (tuple, list)):
+        if len(x) == 1:
+            x = x[0]
+        elif len(x) == 2:
+            x, y = x
+        else:
+            raise ValueError(f"expected x or (x, y), got a tuple of {len(x)}.")
+    return x, y, sample_weight
+
+
+def check_x(model, x):
+    """``x`` ``[..., D]`` of a floating dtype, cast to the model's."""
+    x = tf.convert_to_tensor(x)
+    if not x.dtype.is_floating:
+        raise TypeError(f"{model.name}: expected floating-point x, got {x.dtype.name}.")
+    x = tf.cast(x, model.compute_dtype)
+    if x.shape.rank is not None and (x.shape.rank == 0 or x.shape[-1] != model.event_size):
+        raise ValueError(f"{model.name}: expected x with {model.event_size} columns, got shape {x.shape.as_list()}.")
+    return x
+
+
+def check_y(model, y):
+    """``y`` ``[..., K]`` for a conditional model (None for an unconditional one), cast
+    to the model's dtype."""
+    K = model.conditional_dims
+    if K is None:
+        if y is not None:
+            raise ValueError(f"{model.name} is unconditional, but y was given.")
+        return None
+    if y is None:
+        raise ValueError(f"{model.name} is conditional on y with {K} columns: pass (x, y).")
+    y = tf.cast(tf.convert_to_tensor(y), model.compute_dtype)
+    if y.shape.rank is not None and (y.shape.rank == 0 or y.shape[-1] != K):
+        raise ValueError(f"{model.name}: expected y with {K} columns, got shape {y.shape.as_list()}.")
+    return y
+
+
+def check_count(n, owner: str):
+    """``n`` for ``sample(n)``: a Python or NumPy integer >= 0, or an integer tensor."""
+    if isinstance(n, (tf.Tensor, tf.Variable)) and n.dtype.is_integer:
+        return n
+    try:
+        count = operator.index(n)
+    except TypeError:
+        raise ValueError(f"{owner}: sample(n) needs an integer n >= 0, got n={n!r}.") from None
+    if count < 0:
+        raise ValueError(f"{owner}: sample(n) needs an integer n >= 0, got n={count}.")
+    return count
+
+
+def check_sample_y(model, n, y):
+    """``y`` for ``sample(n, y)``: one row ``[K]``, or ``[n, K]``."""
+    y = check_y(model, y)
+    K = model.conditional_dims
+    if y is not None and y.shape.rank == 2:
+        rows = y.shape[0]
+        if rows is not None and isinstance(n, int) and rows != n:
+            raise ValueError(f"{model.name}: sample(n={n}) needs y of shape [{K}] or [{n}, {K}], "
+                             f"got shape {y.shape.as_list()}.")
+    elif y is not None and y.shape.rank != 1:
+        raise ValueError(f"{model.name}: sample(n) needs y of shape [{K}] or [n, {K}], got shape {y.shape.as_list()}.")
+    return y
+
+
+def check_whole_executions(model, method, args, kwargs, names) -> None:
+    """Step counts given to ``method`` must be whole multiples of ``steps_per_execution``.
+
+    Keras 3 runs its compiled loop ``steps_per_execution`` steps per call and counts
+    only whole calls: on a repeated dataset, ``fit(steps_per_epoch=25)`` with 10 steps
+    per call trains 30 steps, ``evaluate(steps=3)`` averages 10 batches and
+    ``predict(steps=3)`` returns 10 (seen with Keras 3.15). `compile_as_paper` uses 10,
+    so such a count is an error here rather than silently more work than was asked.
+    """
+    per_call = int(getattr(model, "steps_per_execution", 1) or 1)
+    if per_call == 1:
+        return
+    given = inspect.signature(method).bind_partial(*args, **kwargs).arguments
+    for name in names:
+        steps = given.get(name)
+        if steps is not None and steps > 0 and steps % per_call:
+            raise ValueError(
+                f"{model.name}: {name}={steps} is not a multiple of steps_per_execution={per_call}; Keras "
+                f"would run {-(-steps // per_call) * per_call} steps. Pass a multiple of {per_call}, or compile "
+                "with steps_per_execution=1 (`compile_as_paper(model, name, steps_per_execution=1)`)."
+            )
+
+
+def check_policy(policy, owner: str) -> None:
+    """Refuses dtype policies other than float32 and float64, saying why.
+
+    Wholly 16-bit policies: a log-density sums D log-scales and log-determinants and
+    exponentiates the log-scales, which bfloat16's 8-bit mantissa resolves to about 1%
+    (8 nats of MNIST's -1300) and float16 overflows past e^11. Mixed policies need the
+    matmuls in 16 bits and the affine maps, log-dets, base density and loss in float32;
+    ``benchmarks/mixed_precision.py`` does that split by hand for a MAF and reaches
+    float32's likelihood on the Figure 1 density, 1.4x slower on CPU. The models,
+    their batch norms and the sampler do not do that split, so the policy is refused
+    rather than run in a precision nobody tested.
+    """
+    compute, variable = policy.compute_dtype, policy.variable_dtype
+    if compute == variable and compute in ("float32", "float64"):
+        return
+    why = (
+        "mixed policies need the matmuls in 16 bits and the log-densities in float32, a "
+        "split tfp-maf's models do not make"
+        if compute != variable
+        else "log-densities sum D log-scales and exponentiate them, which 16-bit floats "
+        "cannot hold to useful precision"
+    )
+    raise ValueError(
+        f"{owner}: tfp-maf models run in float32 or float64, but the dtype policy is "
+        f"{policy.name!r} (compute {compute}, variables {variable}): {why}. Pass "
+        "dtype='float32' (or 'float64') to the model, or "
+        "keras.mixed_precision.set_global_policy('float32')."
+    )
