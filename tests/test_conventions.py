@@ -258,13 +258,24 @@ def test_conditional_iaf_samples_with_its_log_prob():
 def test_cli_help_imports_no_tensorflow_and_is_silent():
     """``tfp-maf train --help`` answers without TensorFlow (what made it take 8 s)."""
     probe = (
-        "import sys\nfrom keras_models.cli import main\ntry:\n    main(['train', '--help'])\n"
+        "import sys\nfrom tfp_maf_cli import main\ntry:\n    main(['train', '--help'])\n"
         "except SystemExit:\n    pass\n"
         "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: tfp-maf train") and done.stderr == ""
+
+
+def test_importing_keras_models_is_enough_to_load_a_saved_model(tmp_path):
+    """As the README shows: ``import keras_models`` and then Keras' own ``load_model``
+    (the models register with Keras on import, not on first use)."""
+    _model("maf5", conditional=False).save(tmp_path / "m.keras")
+    probe = (f"import keras, keras_models\nm = keras.saving.load_model({str(tmp_path / 'm.keras')!r})\n"
+             "print(type(m).__name__)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "MAF"
 
 
 @pytest.mark.parametrize("bar", [False, True], ids=["log", "terminal"])
@@ -287,7 +298,7 @@ def test_training_progress_shows_epochs_best_and_time_left(bar):
 
 
 def test_cli_choices_match_the_zoo_and_the_loaders():
-    from keras_models import cli
+    import tfp_maf_cli as cli
     from keras_models.data import LOADERS
 
     assert sorted(cli.MODEL_NAMES) == sorted(MODELS)

@@ -162,7 +162,7 @@ def test_bad_input_raises_with_what_was_expected():
 
 
 def test_cli_trains_evaluates_and_samples(tmp_path, capsys):
-    from keras_models.cli import main
+    from tfp_maf_cli import main
 
     out = tmp_path / "run"
     assert main(["train", "--model", "maf5", "--hidden-units", "16", "--max-epochs", "2", "--out", str(out)]) == 0
@@ -218,7 +218,8 @@ def test_saved_model_serves_log_prob_without_tfp_maf(conditional, tmp_path):
 
 
 def test_reproduce_writes_results_beside_the_paper_and_figures(tmp_path):
-    from keras_models import cli, experiment
+    import tfp_maf_cli as cli
+    from keras_models import experiment
 
     common = ["reproduce", "--results", str(tmp_path), "--runs", str(tmp_path / "runs"), "--quiet"]
     cli.main([*common, "--models", "gaussian", "made", "--max-epochs", "2"])

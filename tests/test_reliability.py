@@ -30,7 +30,7 @@ TRAIN = ["train", "--model", "maf5", "--hidden-units", "16", "16", "--max-epochs
 
 def _cli(out, *extra):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    return [sys.executable, "-m", "keras_models.cli", *TRAIN, "--out", str(out), *extra], env
+    return [sys.executable, "-m", "tfp_maf_cli", *TRAIN, "--out", str(out), *extra], env
 
 
 def _weights(out):
@@ -73,14 +73,14 @@ def test_resuming_with_other_arguments_is_refused(tmp_path):
     (tmp_path / "backup").mkdir()
     (tmp_path / "backup" / "state.json").write_text('{"epoch": 1, "weights": "w.h5"}')
     (tmp_path / "args.json").write_text(json.dumps({"model": "made", "seed": 0}))
-    from keras_models import cli
+    import tfp_maf_cli as cli
 
     with pytest.raises(SystemExit, match="other arguments .*--model 'made' then, 'maf5' now"):
         cli.main(["train", "--model", "maf5", "--out", str(tmp_path)])
 
 
 def test_retraining_keeps_the_previous_model(tmp_path):
-    from keras_models import cli
+    import tfp_maf_cli as cli
 
     args = ["train", "--model", "gaussian", "--out", str(tmp_path)]
     cli.main(args)
@@ -213,7 +213,7 @@ def test_bad_x_and_y_name_what_was_expected(trained):
 
 
 def test_a_corrupt_keras_file_is_reported_and_the_cli_says_what_to_do(trained, tmp_path):
-    from keras_models import cli
+    import tfp_maf_cli as cli
 
     _, out = trained
     content = (out / "model.keras").read_bytes()

@@ -125,7 +125,7 @@ def _write_mnist(root, n=(60, 20, 20)):
 
 @pytest.mark.parametrize("model", ["gaussian", "made"])
 def test_cli_conditional_mnist_reports_both_likelihoods_and_bits_per_pixel(tmp_path, capsys, model):
-    from keras_models.cli import main
+    from tfp_maf_cli import main
 
     _write_mnist(tmp_path / "data")
     out = tmp_path / "run"
@@ -145,7 +145,7 @@ def test_cli_conditional_mnist_reports_both_likelihoods_and_bits_per_pixel(tmp_p
 
 
 def test_cli_uses_the_paper_presets(tmp_path):
-    from keras_models.cli import main
+    from tfp_maf_cli import main
 
     raw = np.random.RandomState(0).normal(size=(400, 43))
     (tmp_path / "data" / "miniboone").mkdir(parents=True)
@@ -158,7 +158,7 @@ def test_cli_uses_the_paper_presets(tmp_path):
 
 
 def test_cli_bad_input_gets_a_message_not_a_traceback(tmp_path):
-    from keras_models.cli import main
+    from tfp_maf_cli import main
 
     with pytest.raises(SystemExit, match=r"tfp-maf: power: file not found: .*power/data.npy"):
         main(["train", "--dataset", "power", "--data-dir", str(tmp_path), "--out", str(tmp_path / "r")])

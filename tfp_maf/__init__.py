@@ -13,9 +13,10 @@ Every public symbol, and where it lives:
 | `ExpGammaBatchNormalization` | `tfp_maf.layers.batch_norm` |
 | `flow_kwargs`, `bind_kwargs` | `tfp_maf.kwargs` |
 | `masks` (orders, degrees, masks; pure NumPy) | `tfp_maf.masks` |
+| `sampling` (the one-pass sequential engine) | `tfp_maf.sampling` |
 """
 
-from tfp_maf import bijectors, distributions, layers, masks
+from tfp_maf import bijectors, distributions, layers, masks, sampling
 from tfp_maf.bijectors import (
     AffineCoupling,
     ExpGammaBatchNorm,
@@ -53,4 +54,5 @@ __all__ = [
     "flow_kwargs",
     "layers",
     "masks",
+    "sampling",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import keras_models as km
-from keras_models.parameters import connection_weights, paper_estimate
+from keras_models.connection_counts import connection_weights, paper_estimate
 
 
 @pytest.mark.parametrize("name", ["made", "maf5", "realnvp5", "made-mog", "maf-mog5"])

@@ -1,4 +1,4 @@
-"""Parameter counts, measured and as the paper's appendix A estimates them.
+"""Connection weights of a model, counted and as the paper's appendix A estimates them.
 
 The paper counts connection weights only (no biases, no batch norm), and assumes masking
 removes about half of a MADE's connections. With D inputs, L hidden layers of H units,
