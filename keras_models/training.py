@@ -201,10 +201,8 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
     """Adam with the paper's step size for this model (1e-3 MADE / MADE MoG, 1e-4 flows).
 
     XLA by default: it fuses Keras 3's per-variable optimizer ops and the small
-    elementwise ops of the flows: training 1.3x to 1.6x faster at batch 100 and
-    1.2x to 1.9x at batch 1,000 for config A of ``benchmarks/speed.py`` on CPU
-    (the last two runs);
-    ``jit_compile=False`` turns it off.
+    elementwise ops of the flows, which made every measured model train faster on CPU
+    (``benchmarks/results/speed.md``, ``mnist_epochs.md``); ``jit_compile=False`` turns it off.
 
     ``steps_per_execution`` steps run per call into the compiled loop, and Keras 3
     only runs whole calls: the model then refuses a ``steps_per_epoch``,

@@ -1,0 +1,116 @@
+"""Seconds per MNIST epoch on the path users take: `compile_as_paper`, then `model.fit`.
+
+The paper's MNIST protocol trains MAF (5), MADE, MADE MoG and Real NVP (5) with one hidden
+layer of 1,024 units (appendix C), batch 100, for hundreds of epochs of 500 steps: the
+time of an epoch decides whether the MNIST table (`tfp-maf reproduce --dataset mnist`)
+fits in a working session. Each model trains ``--steps`` steps on the real MNIST after a
+warm-up that compiles, from the library's own shuffled pipeline, and the epoch time is
+500 steps at the measured rate (the validation pass and the batch-norm statistics pass,
+a few seconds an epoch, are not included). Also recorded: the machine's float32 matmul
+rate in the same run, and the share of it each model's dense multiply-adds reach.
+
+    python benchmarks/mnist_epochs.py --data-dir ../shared/data
+    python benchmarks/mnist_epochs.py --data-dir ../shared/data --models maf5 --steps 50 --jit off
+
+Writes benchmarks/results/mnist_epochs.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from _common import RESULTS, host_cpu_times, run_info, save, steal_share, whole_executions  # noqa: E402
+
+from keras_models import data, presets, training, zoo  # noqa: E402
+
+MODELS = ("maf5", "made", "made-mog", "realnvp5")
+STEPS_PER_EPOCH = 500  # 50,000 training images, batches of 100
+
+
+def matmul_gflops(seconds: float = 2.0) -> float:
+    """The machine's float32 matmul rate (2048 x 2048), for the share each model reaches."""
+    a = tf.random.normal([2048, 2048])
+    mm = tf.function(lambda a: tf.matmul(a, a))
+    mm(a).numpy()
+    runs, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        mm(a).numpy()
+        runs += 1
+    return 2 * 2048**3 * runs / (time.perf_counter() - start) / 1e9
+
+
+def epoch_time(splits, name: str, steps: int, jit: bool) -> dict:
+    model = zoo.build(name, splits.event_size, **presets.model_kwargs("mnist"))
+    training.compile_as_paper(model, name, jit_compile=jit)
+    per_call = int(model.steps_per_execution)
+    steps = whole_executions(steps, per_call)
+    train = splits.pipelines(100, seed=0).train
+    model.fit(train, epochs=1, steps_per_epoch=2 * per_call, verbose=0)  # compile
+    before, start = host_cpu_times(), time.perf_counter()
+    model.fit(train, epochs=1, steps_per_epoch=steps, verbose=0)
+    seconds = time.perf_counter() - start
+    steal = steal_share(before, host_cpu_times())
+    # Multiply-adds per example of the dense kernels (the masks' zeros included).
+    macs = sum(int(np.prod(v.shape)) for v in model.trainable_variables if len(v.shape) == 2)
+    return {
+        "model": name, "jit_compile": jit, "steps": steps, "seconds": round(seconds, 2),
+        "ms_per_step": round(1e3 * seconds / steps, 1),
+        "seconds_per_epoch": round(STEPS_PER_EPOCH * seconds / steps, 1),
+        "parameters": int(model.count_params()),
+        "dense_gflops": round(3 * 2 * macs * 100 * steps / seconds / 1e9, 1),
+        "host_steal": None if steal is None else round(steal, 3),
+    }
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        "## Seconds per MNIST epoch (batch 100, 500 steps, `model.fit` after `compile_as_paper`)",
+        "",
+        f"Matmul rate of this machine in the same run: {result['matmul_gflops']:.0f} GFLOP/s (float32, 2048 x 2048).",
+        "",
+        "| model | XLA | ms per step | s per epoch | parameters | dense GFLOP/s (share of matmul) | host steal |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        share = row["dense_gflops"] / result["matmul_gflops"]
+        steal = "-" if row["host_steal"] is None else f"{100 * row['host_steal']:.0f}%"
+        lines.append(f"| {row['model']} | {'on' if row['jit_compile'] else 'off'} | {row['ms_per_step']} | "
+                     f"{row['seconds_per_epoch']} | {row['parameters']:,} | {row['dense_gflops']} ({share:.0%}) | "
+                     f"{steal} |")
+    lines += ["", "Dense GFLOP/s counts the multiply-adds of the dense matrices (the masks' zeros included),",
+              "3 passes a step (forward, and backward for inputs and weights).", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--steps", type=int, default=100, help="timed steps per model (after compiling)")
+    parser.add_argument("--jit", choices=("on", "off", "both"), default="on",
+                        help="compile_as_paper's XLA setting (on: its default)")
+    parser.add_argument("--out", default=str(RESULTS / "mnist_epochs.json"))
+    args = parser.parse_args(argv)
+
+    splits = data.load("mnist", args.data_dir)
+    result = {**run_info("mnist_epochs.py", argv), "matmul_gflops": matmul_gflops(), "rows": []}
+    for name in args.models:
+        for jit in {"on": [True], "off": [False], "both": [True, False]}[args.jit]:
+            row = epoch_time(splits, name, args.steps, jit)
+            result["rows"].append(row)
+            print(f"{name} (XLA {'on' if jit else 'off'}): {row['ms_per_step']} ms a step, "
+                  f"{row['seconds_per_epoch']} s an epoch", flush=True)
+    save(args.out, result, markdown(result))
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=3)
+    main()
