@@ -184,7 +184,7 @@ def _train_or_resume(splits, name, run_dir: Path, *, max_epochs, max_minutes, **
     budget is loaded instead of trained again."""
     import keras
 
-    import keras_models.zoo  # noqa: F401  (registers the model classes for loading)
+    from keras_models.training import write_atomically
 
     done, saved = run_dir / "done.json", run_dir / "model.keras"
     if name != "gaussian" and done.exists() and saved.exists():
@@ -196,8 +196,8 @@ def _train_or_resume(splits, name, run_dir: Path, *, max_epochs, max_minutes, **
     if name != "gaussian":
         # The backup stays: a later call with a larger epoch cap continues from it.
         model.save(saved)
-        done.write_text(json.dumps({"early_stopped": info["early_stopped"], "epochs": info["epochs"],
-                                    "max_minutes": max_minutes, "info": info}, indent=2) + "\n")
+        write_atomically(done, json.dumps({"early_stopped": info["early_stopped"], "epochs": info["epochs"],
+                                           "max_minutes": max_minutes, "info": info}, indent=2) + "\n")
     return model, info
 
 
@@ -216,9 +216,9 @@ def _write_row(results_dir, stem, dataset, conditional, row):
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
         "wall_time_s": round(sum(r["wall_time_s"] for r in rows), 1), "rows": rows,
     }
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(result, indent=2) + "\n")
-    partial.replace(path)  # a kill mid-write leaves the previous file whole
+    from keras_models.training import write_atomically
+
+    write_atomically(path, json.dumps(result, indent=2) + "\n")  # a kill mid-write leaves the last file whole
     (out / f"{stem}.md").write_text(markdown_table(result))
 
 

@@ -171,7 +171,7 @@ class RunBackup(keras.callbacks.Callback):
                 if not (self.directory / saved["best_weights"]).exists():
                     _save_atomically(self.directory / saved["best_weights"], self.stopper.best_weights)
             state["stopper"] = saved
-        _write_atomically(self.directory / self.STATE, json.dumps(state, indent=2))
+        write_atomically(self.directory / self.STATE, json.dumps(state, indent=2))
         keep = {self.STATE, state["weights"], state.get("stopper", {}).get("best_weights")}
         for path in self.directory.iterdir():
             if path.name not in keep:
@@ -190,7 +190,8 @@ def _save_atomically(path: Path, arrays) -> None:
     os.replace(partial, path)
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path`` so that a kill mid-write leaves the previous file whole."""
     partial = path.with_name(path.name + ".partial")
     partial.write_text(text)
     os.replace(partial, path)  # atomic on POSIX and Windows
