@@ -139,7 +139,8 @@ def cmd_reproduce(args) -> dict:
     result = experiment.reproduce(
         args.dataset, models, data_dir=args.data_dir, conditional=args.conditional,
         size_options=args.size_options, max_minutes=args.max_minutes, max_epochs=args.max_epochs,
-        seed=args.seed, results_dir=args.results, runs_dir=args.runs, on_model=on_model,
+        seed=args.seed, learning_rate=args.learning_rate, results_dir=args.results, runs_dir=args.runs,
+        on_model=on_model,
         callbacks=_progress(args),
         log=None if args.quiet else (lambda text: print(f"tfp-maf: {text}", file=sys.stderr, flush=True)),
     )
@@ -247,6 +248,9 @@ def _parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--max-epochs", type=int, default=1000,
                            help="epoch cap per training run (default 1000: early stopping decides)")
     reproduce.add_argument("--seed", type=int, default=0)
+    reproduce.add_argument("--learning-rate", type=float, default=None,
+                           help="Adam's step size in place of the paper's (1e-3 MADE, MADE MoG; 1e-4 flows); "
+                                "such rows are marked and kept beside the paper's-protocol rows")
     reproduce.add_argument("--no-figures", action="store_true")
     reproduce.add_argument("--quiet", action="store_true", help="no progress on stderr")
     reproduce.add_argument("--verbose", action="store_true",

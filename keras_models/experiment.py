@@ -30,9 +30,11 @@ def load_splits(dataset: str, data_dir=None, seed: int = 0):
 def train(splits, model_name: str, *, conditional: bool = False, size_option: int = 0,
           hidden_units=None, seed: int = 0, batch_size: int = 100, max_epochs: int = 1000,
           max_minutes: float | None = None, patience: int = 30, jit_compile: bool = True,
-          log_scale_bound: float | None = None, backup_dir=None, verbose=0, callbacks=()):
+          log_scale_bound: float | None = None, learning_rate: float | None = None, backup_dir=None,
+          verbose=0, callbacks=()):
     """Builds ``model_name`` (``maf5``, ``made``, ...) with the paper's settings for
-    ``splits`` and trains it as in the paper. Returns ``(model, info)``."""
+    ``splits`` and trains it as in the paper (``learning_rate``: Adam's step size in place
+    of the paper's). Returns ``(model, info)``."""
     import keras
 
     from keras_models import presets, training, zoo
@@ -46,7 +48,7 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
         if log_scale_bound:
             kwargs["log_scale_bound"] = log_scale_bound
     model = zoo.build(model_name, splits.event_size, **kwargs)
-    training.compile_as_paper(model, model_name, jit_compile=jit_compile)
+    training.compile_as_paper(model, model_name, jit_compile=jit_compile, learning_rate=learning_rate)
     pipelines = splits.pipelines(batch_size, seed=seed, conditional=conditional)
     start = time.monotonic()
     _, info = training.fit_as_paper(
@@ -57,6 +59,7 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
     )
     # A resumed run's wall time counts every session it ran in (the backup keeps it).
     info.update(hidden_units=kwargs.get("hidden_units"), parameters=int(model.count_params()),
+                learning_rate=float(model.optimizer.learning_rate.numpy()),
                 wall_time_s=info.get("train_seconds") or round(time.monotonic() - start, 1))
     return model, info
 
@@ -126,8 +129,8 @@ TABLE_MODELS = ("gaussian", "made", "made-mog", "realnvp5", "realnvp10", "maf5",
 
 def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
               size_options=None, max_minutes: float | None = None, max_epochs: int = 1000,
-              seed: int = 0, results_dir="results", runs_dir=None, verbose=0, callbacks=(),
-              log=None, on_model=None) -> dict:
+              seed: int = 0, learning_rate: float | None = None, results_dir="results", runs_dir=None,
+              verbose=0, callbacks=(), log=None, on_model=None) -> dict:
     """Trains each model on every hidden-size option (or ``size_options``), keeps the
     best on validation data, and writes ``<results_dir>/<dataset>[_conditional].json``
     and ``.md``.
@@ -140,6 +143,10 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
     ``models`` stay as they were. ``callbacks`` go to every training run, ``log(text)``
     hears what starts and ends, and ``on_model(name, model, splits)`` is called with
     each kept model (the CLI draws figures there).
+
+    ``learning_rate`` replaces the paper's step size: such rows are kept beside the
+    paper-protocol rows of the same models (and their runs in directories of their own),
+    marked with the step size in the table.
     """
     from keras_models import presets
 
@@ -151,11 +158,11 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
     for name in models:
         tried, best = [], None
         for option in ([0] if name == "gaussian" else options):
-            run_dir = runs_dir / f"{name}-option{option}-seed{seed}"
+            run_dir = runs_dir / f"{name}-option{option}-seed{seed}{_step_suffix(learning_rate)}"
             log(f"{stem}: {name}, hidden-size option {option} (run directory {run_dir})")
             model, info = _train_or_resume(splits, name, run_dir, conditional=conditional, size_option=option,
                                            seed=seed, max_minutes=max_minutes, max_epochs=max_epochs,
-                                           verbose=verbose, callbacks=callbacks)
+                                           learning_rate=learning_rate, verbose=verbose, callbacks=callbacks)
             val = evaluate(model, splits, conditional, split="val")["val_log_likelihood"]
             log(f"{stem}: {name}, option {option}: {info['epochs']} epochs, validation log-likelihood {val:.2f}")
             tried.append({"hidden_units": info["hidden_units"], "val_log_likelihood": val,
@@ -164,7 +171,8 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
                 best = (val, model, info)
         _, model, info = best
         row = {"model": name, **evaluate(model, splits, conditional), **info, "options_tried": tried,
-               "budget": {"max_minutes_per_run": max_minutes, "max_epochs": max_epochs}}
+               "budget": {"max_minutes_per_run": max_minutes, "max_epochs": max_epochs},
+               "paper_step_size": learning_rate is None}
         paper = paper_value(dataset, name, conditional)
         row["paper"] = None if paper is None else {"log_likelihood": paper[0], "error_bar": paper[1]}
         if paper is not None:
@@ -172,11 +180,21 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
             gap = abs(row["test_log_likelihood"] - paper[0])
             row["within_paper_error_bars"] = bool(gap <= paper[1] + row["test_log_likelihood_2se"])
         if on_model is not None:
-            on_model(name, model, splits)
+            on_model(name + _step_suffix(learning_rate), model, splits)
         _write_row(results_dir, stem, dataset, conditional, row)
         log(f"{stem}: {name}: test log-likelihood {row['test_log_likelihood']:.2f}; "
             f"written to {Path(results_dir) / stem}.json")
     return json.loads((Path(results_dir) / f"{stem}.json").read_text())
+
+
+def _step_suffix(learning_rate) -> str:
+    """The run directory's mark of a step size other than the paper's."""
+    return "" if learning_rate is None else f"-step{learning_rate:g}"
+
+
+def _row_key(row) -> tuple:
+    """A results row's identity: its model, and the step size if not the paper's."""
+    return row["model"], None if row.get("paper_step_size", True) else row["learning_rate"]
 
 
 def _train_or_resume(splits, name, run_dir: Path, *, max_epochs, max_minutes, **kwargs):
@@ -208,9 +226,9 @@ def _write_row(results_dir, stem, dataset, conditional, row):
     path = out / f"{stem}.json"
     earlier = json.loads(path.read_text()) if path.exists() else {"rows": []}
     rows = [{"budget": earlier.get("budget"), **r} for r in earlier["rows"]]  # older files: one budget
-    rows = [r for r in rows if r["model"] != row["model"]] + [row]
+    rows = [r for r in rows if _row_key(r) != _row_key(row)] + [row]
     order = {name: i for i, name in enumerate(TABLE_MODELS)}
-    rows.sort(key=lambda r: order.get(r["model"], len(order)))
+    rows.sort(key=lambda r: (order.get(r["model"], len(order)), _row_key(r)[1] or 0))
     result = {
         "dataset": dataset, "conditional": conditional,
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
@@ -259,8 +277,10 @@ def markdown_table(result: dict) -> str:
         gap = "-" if paper is None else f"{row['test_log_likelihood'] - paper['log_likelihood']:+.3f}"
         within = "-" if paper is None else ("yes" if row["within_paper_error_bars"] else "no")
         bpp = _fmt(row["test_bits_per_pixel"], row["test_bits_per_pixel_2se"]) if "test_bits_per_pixel" in row else "-"
+        label = row["model"] if row.get("paper_step_size", True) else (
+            f"{row['model']} (step size {row['learning_rate']:g}, not the paper's)")
         lines.append(
-            f"| {row['model']} | {row['hidden_units'] or '-'} | "
+            f"| {label} | {row['hidden_units'] or '-'} | "
             f"{_fmt(row['test_log_likelihood'], row['test_log_likelihood_2se'])} | {paper_text} | {gap} | {within} | "
             f"{bpp} | {row['epochs']} | {_stop_reason(row, budget)} | {row['wall_time_s']:.0f} |"
         )

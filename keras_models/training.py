@@ -198,8 +198,9 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=True,
-                     steps_per_execution: int = 10) -> DensityModel:
-    """Adam with the paper's step size for this model (1e-3 MADE / MADE MoG, 1e-4 flows).
+                     steps_per_execution: int = 10, learning_rate: float | None = None) -> DensityModel:
+    """Adam with the paper's step size for this model (1e-3 MADE / MADE MoG, 1e-4 flows),
+    or ``learning_rate`` if given.
 
     XLA by default: it fuses Keras 3's per-variable optimizer ops and the small
     elementwise ops of the flows, which made every measured model train faster on CPU
@@ -218,7 +219,7 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
     if tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1:
         jit_compile, steps_per_execution = False, 1
     model.compile(
-        optimizer=keras.optimizers.Adam(LEARNING_RATES.get(model_name, 1e-4)),
+        optimizer=keras.optimizers.Adam(learning_rate or LEARNING_RATES.get(model_name, 1e-4)),
         jit_compile=jit_compile,
         # Several steps per call into the compiled function: Keras' per-call Python
         # overhead (milliseconds) otherwise dominates the steps of small models.

@@ -247,6 +247,16 @@ def test_reproduce_writes_results_beside_the_paper_and_figures(tmp_path):
     assert longer["rows"][0] == result["rows"][0]
     assert longer["rows"][1]["epochs"] == 3 and longer["rows"][1]["resumed_from_epoch"] == 2
     assert longer["rows"][1]["wall_time_s"] >= made["wall_time_s"]
+    assert longer["rows"][1]["learning_rate"] == pytest.approx(1e-3)  # the paper's, for MADE
+
+    # Another step size is a row of its own, beside the paper's, in a run directory of its own.
+    cli.main([*common, "--models", "made", "--max-epochs", "2", "--no-figures", "--learning-rate", "1e-4"])
+    both = json.loads((tmp_path / "figure1.json").read_text())
+    assert [(r["model"], r["paper_step_size"]) for r in both["rows"][1:]] == [("made", True), ("made", False)]
+    assert both["rows"][1] == longer["rows"][1]
+    assert both["rows"][2]["learning_rate"] == pytest.approx(1e-4) and both["rows"][2]["epochs"] == 2
+    assert (tmp_path / "runs" / "made-option0-seed0-step0.0001" / "done.json").exists()
+    assert "made (step size 0.0001, not the paper's)" in (tmp_path / "figure1.md").read_text()
 
 
 def test_saved_kernels_with_entries_outside_the_masks_load_as_the_masked_network(tmp_path):
