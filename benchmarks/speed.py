@@ -1,14 +1,17 @@
-"""tfp-maf against TFP's own MAF: training, log_prob and sampling speed, in one run.
+"""tfp-maf against TFP's, zuko's and nflows' MAF: training, log_prob and sampling speed, in one run.
 
 Configurations (float32, batch norm between MAF layers, N(0, I) data):
   A (MINIBOONE-like): D = 43,  MAF (5), MADEs of 2 x 512 relu;
   B (MNIST-like):     D = 784, MAF (5), MADEs of 1 x 1024 relu.
 
-The peer is TFP's MAF: `tfb.MaskedAutoregressiveFlow` over `tfb.AutoregressiveNetwork`,
-with `tfb.BatchNormalization` and `tfb.Permute` (reversing the order between layers),
-trained by Adam in a `tf.function` GradientTape loop. Those are tf_keras layers: this
-benchmark imports tf_keras for the peer only. The peer's batch norm drifts to NaN at step
-size 1e-4 on N(0, I) within a few hundred steps, so it is rebuilt for every timed repeat.
+The peers, each at its strongest: TFP's MAF (`tfb.MaskedAutoregressiveFlow` over
+`tfb.AutoregressiveNetwork`, with `tfb.BatchNormalization` and `tfb.Permute` reversing the
+order between layers), trained by Adam in a GradientTape step under `tf.function`, with
+and without `jit_compile`; and, where the ``bench`` extra is installed, zuko's and nflows'
+MAF under `torch.compile` (`torch_peers.py`). TFP's are tf_keras layers: this benchmark
+imports tf_keras for that peer only. Its batch norm drifts to NaN at step size 1e-4 on
+N(0, I) within a few hundred steps, so it is rebuilt for every timed repeat. Every ratio
+is against the best peer of its row.
 
 Measured (medians, with min and max, of --repeats, and of at least 5 rounds wherever
 contenders run interleaved): training examples/s at batch 100 and
@@ -46,6 +49,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
+import torch_peers  # noqa: E402
 from _common import host_cpu_times, run_info, save, steal_share, whole_executions  # noqa: E402
 
 import keras_models as km  # noqa: E402
@@ -120,7 +124,7 @@ def ours(D, hidden, jit_compile=False):
                                      steps_per_execution=STEPS_PER_EXECUTION)
 
 
-def peer(D, hidden):
+def peer(D, hidden, jit_compile=False):
     import tf_keras
 
     bijectors = []  # data side first
@@ -133,7 +137,7 @@ def peer(D, hidden):
     flow.log_prob(tf.zeros([2, D]))  # builds the variables
     optimizer = tf_keras.optimizers.Adam(1e-4)
 
-    @tf.function
+    @tf.function(jit_compile=jit_compile)
     def step(x):
         with tf.GradientTape() as tape:
             loss = -tf.reduce_mean(flow.log_prob(x))
@@ -178,12 +182,12 @@ def train_ours(D, hidden, batch, steps, jit):
     return setup, run
 
 
-def train_peer(D, hidden, batch, steps):
+def train_peer(D, hidden, batch, steps, jit_compile=False):
     """``(setup, run)``: a fresh flow (its batch norm drifts to NaN), then ``steps`` steps."""
     x = _data(D, batch)
 
     def setup():
-        _, step = peer(D, hidden)
+        _, step = peer(D, hidden, jit_compile)
         _sync(step(x))
         return step
 
@@ -195,11 +199,19 @@ def train_peer(D, hidden, batch, steps):
     return setup, run
 
 
+#: The peers' names in the results, in the order of the tables' columns.
+PEERS = ("tfp", "tfp_jit", *torch_peers.NAMES)
+
+
 def train_rates(D, hidden, batch, steps, repeats):
-    """Examples/s of ours (jit_compile on, the default, and off) and of the peer, interleaved."""
+    """Examples/s of ours (jit_compile on, the default, and off) and of each peer, interleaved."""
+    x = _data(D, batch).numpy()
     out = interleaved({"ours": train_ours(D, hidden, batch, steps, jit=True),
                        "ours_no_jit": train_ours(D, hidden, batch, steps, jit=False),
-                       "tfp": train_peer(D, hidden, batch, steps)}, repeats)
+                       "tfp": train_peer(D, hidden, batch, steps),
+                       "tfp_jit": train_peer(D, hidden, batch, steps, jit_compile=True),
+                       **{name: torch_peers.train(name, D, hidden, x, steps) for name in torch_peers.available()}},
+                      repeats)
     return {k: {**t, "steps": steps, "examples_per_s": batch * steps / t["median_s"]} for k, t in out.items()}
 
 
@@ -216,6 +228,7 @@ def log_prob_fns(D, hidden):
         # The peer's batch norm fixes `training` at construction (True: batch
         # statistics); the cost differs from evaluation mode by a few elementwise ops.
         "tfp": tf.function(flow.log_prob),
+        "tfp_jit": tf.function(flow.log_prob, jit_compile=True),
         # The peer's inverse alone: one pass of each of its MADEs, where its
         # log_prob makes two (its log-det runs the network again). This is the
         # floor a one-pass log_prob is measured against.
@@ -237,9 +250,12 @@ def _batches(fn, points, batch):
     return run
 
 
-def log_prob_time(fns, points, repeats, batch=10_000):
-    """Interleaved timings of each ``fns[k]`` over ``points``, plus the matmul rate per round."""
+def log_prob_time(fns, points, repeats, D, hidden, batch=10_000):
+    """Interleaved timings of each ``fns[k]`` and of the torch peers over ``points``, plus the
+    matmul rate per round."""
     runs = {k: _batches(fn, points, batch) for k, fn in fns.items()}
+    runs.update({name: torch_peers.log_prob_run(name, D, hidden, points.numpy(), batch)
+                 for name in torch_peers.available()})
     runs["matmul"] = _matmul_run()
     out = interleaved(runs, repeats)
     out["matmul"]["gflops"] = MATMUL_FLOPS / out["matmul"]["median_s"] / 1e9
@@ -306,7 +322,7 @@ def run_config(name, cfg, args):
     model, flow, lp = log_prob_fns(D, hidden)
     points = _data(D, args.logprob_points if name == "A" else args.logprob_points // 10, seed=3)
     out["log_prob_points"] = int(points.shape[0])
-    timings = log_prob_time(lp, points, max(args.repeats, MIN_ROUNDS))
+    timings = log_prob_time(lp, points, max(args.repeats, MIN_ROUNDS), D, hidden)
     out["log_prob_matmul"] = timings.pop("matmul")
     out["log_prob"] = timings
     for t in out["log_prob"].values():
@@ -329,23 +345,44 @@ def run_config(name, cfg, args):
     out["samples"] = n_samples
     peer_repeats = args.peer_sample_repeats if name == "B" else args.repeats
     out["sample"] = {"ours": pair["sample"], "tfp": sample_time(sample_peer, n_samples, peer_repeats)}
-    print(f"  {name} sample {n_samples}: ours {out['sample']['ours']['median_s']:.3f}s, "
-          f"tfp {out['sample']['tfp']['median_s']:.3f}s", flush=True)
+    if name == "A":  # on B the torch peers take minutes a draw, as TFP's: TFP stands for them
+        for peer_name in torch_peers.available():
+            out["sample"][peer_name] = timed(torch_peers.sample_run(peer_name, D, hidden, n_samples), peer_repeats)
+    print(f"  {name} sample {n_samples}: " + ", ".join(
+        f"{k} {v['median_s']:.3f}s" for k, v in out["sample"].items()), flush=True)
     return out
 
 
+def _best_peer(row, key, higher_is_better=True):
+    """The peer of ``row`` (a dict of contenders' stats) that does best on ``key``."""
+    present = [p for p in PEERS if p in row]
+    return (max if higher_is_better else min)(present, key=lambda p: row[p][key])
+
+
 def ratios(r):
+    """Ours against the best peer of each row (and against TFP with XLA, a target of its own)."""
     lp, sm = r["log_prob"], r["sample"]
+    out = {}
+    for b in (100, 1000):
+        t = r[f"train_b{b}"]
+        best = _best_peer(t, "examples_per_s")
+        out[f"train_b{b}_best_peer"] = best
+        for ours, suffix in (("ours", ""), ("ours_no_jit", "_no_jit")):
+            out[f"train_b{b}_vs_best_peer{suffix}"] = t[ours]["examples_per_s"] / t[best]["examples_per_s"]
+    best = _best_peer(lp, "points_per_s")
+    best_sample = _best_peer(sm, "median_s", higher_is_better=False)
     return {
-        "log_prob_speedup": lp["ours"]["points_per_s"] / lp["tfp"]["points_per_s"],
-        "log_prob_speedup_jit": lp["ours_jit"]["points_per_s"] / lp["tfp"]["points_per_s"],
+        **out,
+        "log_prob_best_peer": best,
+        "log_prob_vs_best_peer": lp["ours"]["points_per_s"] / lp[best]["points_per_s"],
+        "log_prob_jit_vs_best_peer": lp["ours_jit"]["points_per_s"] / lp[best]["points_per_s"],
+        "log_prob_vs_tfp_jit": lp["ours"]["points_per_s"] / lp["tfp_jit"]["points_per_s"],
         "log_prob_over_tfp_inverse_only": lp["ours"]["points_per_s"] / lp["tfp_inverse_only"]["points_per_s"],
         # Against the matmul rate measured in the same interleaved rounds.
         "log_prob_share_of_matmul": r["log_prob_gflops_ours"] / r["log_prob_matmul"]["gflops"],
-        **{f"train_b{b}_speedup{suffix}": r[f"train_b{b}"][ours]["examples_per_s"]
-           / r[f"train_b{b}"]["tfp"]["examples_per_s"]
-           for b in (100, 1000) for ours, suffix in (("ours", ""), ("ours_no_jit", "_no_jit"))},
-        "sample_speedup": sm["tfp"]["median_s"] / sm["ours"]["median_s"],
+        "sample_best_peer": best_sample,
+        "sample_vs_best_peer": sm[best_sample]["median_s"] / sm["ours"]["median_s"],
+        "sample_vs_tfp": sm["tfp"]["median_s"] / sm["ours"]["median_s"],
         "sample_over_log_prob_same_n": sm["ours"]["median_s"] / r["log_prob_on_sample_size"]["ours"]["median_s"],
     }
 
@@ -356,40 +393,50 @@ def _steal(*stats) -> str:
     return f"{100 * np.median(shares):.0f}% ({100 * max(shares):.0f}%)" if shares else "n/a"
 
 
+def _cells(row, key, fmt, names):
+    return " | ".join(format(row[k][key], fmt) if k in row else "-" for k in names)
+
+
 def markdown(result):
+    peers = " | ".join(("TFP", "TFP, XLA", *(f"{p}, compiled" for p in torch_peers.NAMES)))
     lines = [f"# benchmarks/speed.py ({result['machine']}, TF {result['tensorflow']})", "",
              f"Command: `{result['command']}`. Float32 matmul throughput: {result['matmul_gflops']:.1f} GFLOP/s.", "",
-             "| config | measure | tfp-maf | tfp-maf, jit flipped | TFP | ratio | host steal |",
-             "|---|---|---|---|---|---|---|"]
+             f"| config | measure | tfp-maf | tfp-maf, jit flipped | {peers} | tfp-maf / best peer | host steal |",
+             "|---|---|---|---|" + "---|" * len(PEERS) + "---|---|"]
     for r in result["configs"]:
         c, q = r["config"], r["ratios"]
         for b in (100, 1000):
             t = r[f"train_b{b}"]
             lines.append(f"| {c} | training, batch {b} (examples/s) | {t['ours']['examples_per_s']:.0f} | "
-                         f"{t['ours_no_jit']['examples_per_s']:.0f} | {t['tfp']['examples_per_s']:.0f} | "
-                         f"{q[f'train_b{b}_speedup']:.2f}x ({q[f'train_b{b}_speedup_no_jit']:.2f}x no jit) | "
-                         f"{_steal(*t.values())} |")
+                         f"{t['ours_no_jit']['examples_per_s']:.0f} | {_cells(t, 'examples_per_s', '.0f', PEERS)} | "
+                         f"**{q[f'train_b{b}_vs_best_peer']:.2f}x** {q[f'train_b{b}_best_peer']} "
+                         f"({q[f'train_b{b}_vs_best_peer_no_jit']:.2f}x jit flipped) | {_steal(*t.values())} |")
         lp = r["log_prob"]
         lines.append(f"| {c} | log_prob on {r['log_prob_points']:,} points (points/s) | "
-                     f"{lp['ours']['points_per_s']:.0f} | "
-                     f"{lp['ours_jit']['points_per_s']:.0f} | {lp['tfp']['points_per_s']:.0f} | "
-                     f"{q['log_prob_speedup']:.2f}x ({q['log_prob_speedup_jit']:.2f}x jit); "
+                     f"{lp['ours']['points_per_s']:.0f} | {lp['ours_jit']['points_per_s']:.0f} | "
+                     f"{_cells(lp, 'points_per_s', '.0f', PEERS)} | "
+                     f"**{q['log_prob_vs_best_peer']:.2f}x** {q['log_prob_best_peer']} "
+                     f"({q['log_prob_jit_vs_best_peer']:.2f}x jit flipped); "
                      f"{100 * q['log_prob_share_of_matmul']:.0f}% of matmul at "
                      f"{r['log_prob_matmul']['gflops']:.0f} GFLOP/s | "
                      f"{_steal(*lp.values(), r['log_prob_matmul'])} |")
         lines.append(f"| {c} | TFP's inverse alone, one pass per MADE (points/s) | | | "
-                     f"{lp['tfp_inverse_only']['points_per_s']:.0f} | {q['log_prob_over_tfp_inverse_only']:.2f}x | "
-                     f"{_steal(lp['tfp_inverse_only'])} |")
+                     f"{lp['tfp_inverse_only']['points_per_s']:.0f} |" + " |" * (len(PEERS) - 1) +
+                     f" {q['log_prob_over_tfp_inverse_only']:.2f}x | {_steal(lp['tfp_inverse_only'])} |")
         sm = r["sample"]
         lines.append(f"| {c} | {r['samples']:,} samples (s) | {sm['ours']['median_s']:.3f} | | "
-                     f"{sm['tfp']['median_s']:.3f} | {q['sample_speedup']:.1f}x; "
-                     f"{q['sample_over_log_prob_same_n']:.1f}x our log_prob on {r['samples']:,} | "
-                     f"{_steal(*sm.values(), *r['log_prob_on_sample_size'].values())} |")
+                     f"{_cells(sm, 'median_s', '.3f', PEERS)} | **{q['sample_vs_best_peer']:.1f}x** "
+                     f"{q['sample_best_peer']}; {q['sample_over_log_prob_same_n']:.1f}x our log_prob on "
+                     f"{r['samples']:,} | {_steal(*sm.values(), *r['log_prob_on_sample_size'].values())} |")
     lines += ["", "tfp-maf is the default path: `fit` after `compile_as_paper` (jit_compile=True), "
-              "`model.log_prob` in a plain `tf.function`, `model.sample`. The next column flips jit_compile. "
-              "The log_prob rows ran interleaved, round by round, with the matmul they are a share of; "
-              "our sampling ran interleaved with our log_prob on as many points. Host steal: the share of the "
-              "CPUs' time the host gave to other guests during the row's timed windows, median (max).",
+              "`model.log_prob` in a plain `tf.function`, `model.sample`. The next column flips jit_compile "
+              "(for log_prob: turns XLA on). Peers: TFP's MAF in a `tf.function` GradientTape step, without "
+              "and with XLA; zuko's (no batch norm: it has none) and nflows' MAF under `torch.compile`, "
+              "optimizer step included; '-' where a peer was not installed or, for sampling on B, not run "
+              "(minutes a draw). The training rows and the log_prob rows ran interleaved, round by round (the "
+              "log_prob rows with the matmul they are a share of); our sampling ran interleaved with our "
+              "log_prob on as many points. Host steal: the share of the CPUs' time the host gave to other "
+              "guests during the row's timed windows, median (max).",
               "", "Sampling time against D (one MADE, 1 x 1024, n samples):", "",
               "| D | tfp-maf (s) | TFP (s) | ratio | host steal |", "|---|---|---|---|---|"]
     for r in result["sampling_vs_d"]:
