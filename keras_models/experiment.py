@@ -157,12 +157,13 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
     log = log or (lambda text: None)
     for name in models:
         tried, best = [], None
+        step = _step_size_override(name, learning_rate)
         for option in ([0] if name == "gaussian" else options):
-            run_dir = runs_dir / f"{name}-option{option}-seed{seed}{_step_suffix(learning_rate)}"
+            run_dir = runs_dir / f"{name}-option{option}-seed{seed}{_step_suffix(step)}"
             log(f"{stem}: {name}, hidden-size option {option} (run directory {run_dir})")
             model, info = _train_or_resume(splits, name, run_dir, conditional=conditional, size_option=option,
                                            seed=seed, max_minutes=max_minutes, max_epochs=max_epochs,
-                                           learning_rate=learning_rate, verbose=verbose, callbacks=callbacks)
+                                           learning_rate=step, verbose=verbose, callbacks=callbacks)
             val = evaluate(model, splits, conditional, split="val")["val_log_likelihood"]
             log(f"{stem}: {name}, option {option}: {info['epochs']} epochs, validation log-likelihood {val:.2f}")
             tried.append({"hidden_units": info["hidden_units"], "val_log_likelihood": val,
@@ -172,7 +173,7 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
         _, model, info = best
         row = {"model": name, **evaluate(model, splits, conditional), **info, "options_tried": tried,
                "budget": {"max_minutes_per_run": max_minutes, "max_epochs": max_epochs},
-               "paper_step_size": learning_rate is None}
+               "paper_step_size": step is None}
         paper = paper_value(dataset, name, conditional)
         row["paper"] = None if paper is None else {"log_likelihood": paper[0], "error_bar": paper[1]}
         if paper is not None:
@@ -180,11 +181,21 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
             gap = abs(row["test_log_likelihood"] - paper[0])
             row["within_paper_error_bars"] = bool(gap <= paper[1] + row["test_log_likelihood_2se"])
         if on_model is not None:
-            on_model(name + _step_suffix(learning_rate), model, splits)
+            on_model(name + _step_suffix(step), model, splits)
         _write_row(results_dir, stem, dataset, conditional, row)
         log(f"{stem}: {name}: test log-likelihood {row['test_log_likelihood']:.2f}; "
             f"written to {Path(results_dir) / stem}.json")
     return json.loads((Path(results_dir) / f"{stem}.json").read_text())
+
+
+def _step_size_override(name, learning_rate) -> float | None:
+    """``learning_rate``, or ``None`` where it is the paper's step size for ``name`` (or the
+    model is fitted in closed form): such a run is the paper's protocol."""
+    from keras_models.zoo import LEARNING_RATES
+
+    if name == "gaussian" or learning_rate is None or learning_rate == LEARNING_RATES.get(name, 1e-4):
+        return None
+    return float(learning_rate)
 
 
 def _step_suffix(learning_rate) -> str:

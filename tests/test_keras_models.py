@@ -257,6 +257,9 @@ def test_reproduce_writes_results_beside_the_paper_and_figures(tmp_path):
     assert both["rows"][2]["learning_rate"] == pytest.approx(1e-4) and both["rows"][2]["epochs"] == 2
     assert (tmp_path / "runs" / "made-option0-seed0-step0.0001" / "done.json").exists()
     assert "made (step size 0.0001, not the paper's)" in (tmp_path / "figure1.md").read_text()
+    # The paper's own step size, given, is the paper's protocol: the kept run, no new row.
+    cli.main([*common, "--models", "made", "--max-epochs", "3", "--no-figures", "--learning-rate", "1e-3"])
+    assert json.loads((tmp_path / "figure1.json").read_text()) == both
 
 
 def test_saved_kernels_with_entries_outside_the_masks_load_as_the_masked_network(tmp_path):
