@@ -96,12 +96,13 @@ def cmd_train(args) -> dict:
         splits, args.model, conditional=args.conditional, size_option=args.size_option,
         hidden_units=args.hidden_units, seed=args.seed, batch_size=args.batch_size,
         max_epochs=args.max_epochs, max_minutes=args.max_minutes, patience=args.patience,
-        jit_compile=args.jit_compile, log_scale_bound=args.log_scale_bound,
+        jit_compile=args.jit_compile, log_scale_bound=args.log_scale_bound, learning_rate=args.learning_rate,
         backup_dir=out / BACKUP_DIR, verbose=0, callbacks=_progress(args),
     )
     metrics = {
         "dataset": splits.name, "model": args.model, "conditional": args.conditional,
         "hidden_units": info["hidden_units"], "parameters": info["parameters"],
+        "learning_rate": info["learning_rate"],
         **experiment.evaluate(model, splits, args.conditional),
         **{k: info.get(k) for k in ("epochs", "early_stopped", "resumed_from_epoch",
                                     "stopped_on_non_finite", "wall_time_s")},
@@ -220,6 +221,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--max-minutes", type=float, default=None)
     train.add_argument("--patience", type=int, default=30)
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--learning-rate", type=float, default=None,
+                       help="Adam's step size (default: the paper's, 1e-3 MADE and MADE MoG, 1e-4 flows)")
     train.add_argument("--deterministic", action="store_true",
                        help="TensorFlow op determinism: the same seed gives bit-identical weights")
     train.add_argument("--log-scale-bound", type=float, default=None,

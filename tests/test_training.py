@@ -154,7 +154,11 @@ def test_cli_uses_the_paper_presets(tmp_path):
           "--max-epochs", "1", "--out", str(tmp_path / "run")])
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["hidden_units"] == [512] and metrics["dataset"] == "miniboone"
+    assert metrics["learning_rate"] == pytest.approx(1e-3)  # the paper's step size for MADE
     assert math.isfinite(metrics["test_log_likelihood"])
+    main(["train", "--dataset", "miniboone", "--data-dir", str(tmp_path / "data"), "--model", "made",
+          "--max-epochs", "1", "--out", str(tmp_path / "other"), "--learning-rate", "1e-4", "--quiet"])
+    assert json.loads((tmp_path / "other" / "metrics.json").read_text())["learning_rate"] == pytest.approx(1e-4)
 
 
 def test_cli_bad_input_gets_a_message_not_a_traceback(tmp_path):
