@@ -59,7 +59,8 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
     )
     # A resumed run's wall time counts every session it ran in (the backup keeps it).
     info.update(hidden_units=kwargs.get("hidden_units"), parameters=int(model.count_params()),
-                learning_rate=float(model.optimizer.learning_rate.numpy()),
+                # To the float32 variable's 7 digits: 1e-2, not 0.009999999776482582.
+                learning_rate=float(f"{float(model.optimizer.learning_rate.numpy()):.7g}"),
                 wall_time_s=info.get("train_seconds") or round(time.monotonic() - start, 1))
     return model, info
 
