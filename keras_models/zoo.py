@@ -208,6 +208,7 @@ class MAFMoG(MAF):
     """MAF MoG (K): a MAF (K) whose base is a MADE MoG with C components."""
 
     def __init__(self, event_size: int, **kwargs):
+        kwargs.setdefault("name", "maf_mog")  # Keras would say "maf_mo_g"
         super().__init__(event_size, **kwargs)
         order = _orders(self.num_layers + 1)[-1]
         self.base_made = self._made(order, "made_mog", self.num_components, seed=self.seed + self.num_layers)
@@ -222,6 +223,7 @@ class MADEMoG(_FlowModel):
 
     def __init__(self, event_size: int, **kwargs):
         kwargs.setdefault("num_layers", 1)
+        kwargs.setdefault("name", "made_mog")  # Keras would say "made_mo_g"
         super().__init__(event_size, **kwargs)
         self.made = self._made("left-to-right", "made_mog", self.num_components, seed=self.seed)
 
