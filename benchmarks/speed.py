@@ -460,6 +460,12 @@ def main(argv=None):
     if args.quick:
         args.repeats, args.peer_sample_repeats, args.steps_100, args.steps_1000 = 1, 1, 10, 4
         args.logprob_points = 20_000
+    # Another process on these 2 cores slows the torch peers' OpenMP threads far more
+    # than ours (37x against 1.6x, measured): the ratios would flatter us.
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if load is not None and load > 0.5:
+        print(f"warning: load average {load:.1f} at the start: ratios against the torch peers need a quiet "
+              "machine", flush=True)
     matmul = matmul_gflops(args.repeats)
     print(f"float32 matmul: {matmul:.1f} GFLOP/s", flush=True)
     configs = []
@@ -468,7 +474,7 @@ def main(argv=None):
         r["ratios"] = ratios(r)
         configs.append(r)
     result = {
-        **run_info("speed.py", argv), "matmul_gflops": matmul, "configs": configs,
+        **run_info("speed.py", argv), "load_average_at_start": load, "matmul_gflops": matmul, "configs": configs,
         "sampling_vs_d": sampling_vs_d([1024], 1000, args.repeats, 1),
     }
     text = markdown(result)
