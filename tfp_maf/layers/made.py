@@ -181,8 +181,14 @@ class MaskedDense(keras.layers.Layer):
         super().load_own_variables(store)
         self.apply_mask()
 
-    def call(self, inputs):
+    def call(self, inputs, addend=None):
+        """``activation(inputs @ kernel + addend + bias)``; ``addend`` (a conditional
+        MADE's ``y @ V``) is added before the bias: TF's oneDNN graph rewrite turns
+        MatMul + BiasAdd + Add + Relu into a node without an op (it logs errors on
+        every trace and runs the graph unoptimised), MatMul + Add + BiasAdd it leaves."""
         outputs = tf.matmul(inputs, self.masked_kernel())
+        if addend is not None:
+            outputs = outputs + addend
         if self.bias is not None:
             # BiasAdd (not AddV2), so that grappler fuses MatMul + BiasAdd (+ Relu).
             outputs = tf.nn.bias_add(outputs, self.bias)
@@ -409,14 +415,8 @@ class MADE(keras.layers.Layer):
         h = x2d
         # Without hidden layers the one y term feeds the output, and this loop is empty.
         for layer, y_term in zip(self.hidden_layers, y_terms, strict=bool(self.hidden_layers)):
-            h = layer(h)
-            if y_term is not None:
-                h = h + y_term
-            h = self.activation(h)
-        out = self.output_layer(h)
-        if not self.hidden_layers and y_terms[0] is not None:
-            out = out + y_terms[0]
-        return out
+            h = self.activation(layer(h, addend=y_term))
+        return self.output_layer(h, addend=None if self.hidden_layers else y_terms[0])
 
     def call(self, x, conditional_input=None):
         x2d, y, batch_shape = self._flatten(x, conditional_input)
