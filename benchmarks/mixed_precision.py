@@ -47,7 +47,7 @@ def _in_float32(made):
 def train(policy: str, x_train, x_test, steps: int, seed: int = 0) -> dict:
     keras.utils.set_random_seed(seed)
     orders = ["left-to-right", "right-to-left"] * 3
-    mades = [tfp_maf.MADE(2, [100, 100], order=orders[i], seed=seed + i, dtype=policy) for i in range(5)]
+    mades = [tfp_maf.MADENetwork(2, [100, 100], order=orders[i], seed=seed + i, dtype=policy) for i in range(5)]
     chain = tfb.Chain([tfp_maf.MaskedAutoregressive(_in_float32(m), name=f"maf_{i}") for i, m in enumerate(mades)])
     flow = tfd.TransformedDistribution(tfd.MultivariateNormalDiag(loc=tf.zeros(2)), chain)
     variables = [v for m in mades for v in m.trainable_variables]

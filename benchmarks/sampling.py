@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from _common import run_info, save  # noqa: E402
 
-from tfp_maf import MADE, MaskedAutoregressive  # noqa: E402
+from tfp_maf import MADENetwork, MaskedAutoregressive  # noqa: E402
 from tfp_maf.testing import randomize_weights  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -45,7 +45,7 @@ def _time(fn, *args, repeats):
 
 
 def measure(D, hidden, n, repeats, plain_limit):
-    made = MADE(D, [hidden], seed=0)
+    made = MADENetwork(D, [hidden], seed=0)
     randomize_weights(made, seed=0, scale=0.3 / np.sqrt(max(D, hidden)))
     b = MaskedAutoregressive(made)
     u = tf.random.stateless_normal([n, D], seed=[0, 1])

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from tfp_maf.layers.coupling import CouplingNetworks
-from tfp_maf.layers.made import MADE, MaskedDense
+from tfp_maf.layers.made import MADENetwork, MaskedDense
 
 __all__ = ["connection_weights", "paper_estimate"]
 
@@ -43,7 +43,7 @@ def connection_weights(model) -> dict:
     for layer in model._flatten_layers(include_self=False):
         if isinstance(layer, MaskedDense):
             connections += int(np.sum(layer.mask))
-        elif isinstance(layer, MADE):
+        elif isinstance(layer, MADENetwork):
             conditional += sum(int(np.prod(w.shape)) for w in layer.conditional_kernels)
         elif isinstance(layer, CouplingNetworks):
             for net in (layer.scale_net, layer.shift_net):

@@ -19,6 +19,7 @@ every kernel. The defaults suit small data.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import keras
@@ -27,6 +28,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 import tfp_maf
+from keras_models import _layer_names
 from keras_models.density_model import DensityModel
 
 tfd, tfb = tfp.distributions, tfp.bijectors
@@ -102,7 +104,12 @@ class Gaussian(DensityModel):
 
 
 class _FlowModel(DensityModel):
-    """Shared plumbing of the flow models: kwargs routing and config."""
+    """Shared plumbing of the flow models: kwargs routing and config.
+
+    ``legacy_layer_names`` is set by `from_config` for models loaded from files that
+    tfp-maf 0.1 saved: their layers then carry 0.1's class names, under which those
+    files hold the weights (`keras_models._layer_names`). Not a knob to set by hand.
+    """
 
     def __init__(
         self,
@@ -116,9 +123,11 @@ class _FlowModel(DensityModel):
         seed: int = 0,
         log_scale_bound: float | None = None,
         hidden_degrees: str = "sequential",
+        legacy_layer_names: bool = False,
         **kwargs,
     ):
         super().__init__(event_size, conditional_dims, **kwargs)
+        self.legacy_layer_names = bool(legacy_layer_names)
         self.hidden_units = [int(h) for h in hidden_units]
         self.num_layers = int(num_layers)
         self.num_components = int(num_components)
@@ -129,7 +138,8 @@ class _FlowModel(DensityModel):
         self.hidden_degrees = hidden_degrees
 
     def _made(self, order, name, num_components=None, seed=0):
-        return tfp_maf.MADE(
+        return self._layer(
+            tfp_maf.layers.made.MADE if self.legacy_layer_names else tfp_maf.MADENetwork,
             self.event_size, self.hidden_units, num_components=num_components,
             activation=self.activation, order=order, conditional_dims=self.conditional_dims,
             hidden_degrees=self.hidden_degrees, seed=seed, kernel_regularizer=_regularizer(self.l2),
@@ -137,7 +147,26 @@ class _FlowModel(DensityModel):
         )
 
     def _batch_norm(self, i):
-        return tfp_maf.ExpGammaBatchNormalization(self.event_size, dtype=self.dtype_policy, name=f"batch_norm_{i}")
+        return self._layer(
+            tfp_maf.layers.batch_norm.ExpGammaBatchNormalization if self.legacy_layer_names
+            else tfp_maf.BatchNormState,
+            self.event_size, dtype=self.dtype_policy, name=f"batch_norm_{i}",
+        )
+
+    @staticmethod
+    def _layer(cls, *args, **kwargs):
+        with warnings.catch_warnings():  # 0.1's names are deprecated for users, not for loading
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return cls(*args, **kwargs)
+
+    def load_weights(self, filepath, skip_mismatch=False, **kwargs):
+        with _layer_names.matching_weights(filepath, self.legacy_layer_names) as path:
+            super().load_weights(path, skip_mismatch=skip_mismatch, **kwargs)
+
+    @classmethod
+    def from_config(cls, config):
+        # A config without the flag comes from a file of tfp-maf 0.1.
+        return super().from_config({"legacy_layer_names": True, **config})
 
     def _bijectors(self) -> list:
         """The flow's bijectors, data side first (TFP's `Chain` order)."""
@@ -156,7 +185,7 @@ class _FlowModel(DensityModel):
             hidden_units=self.hidden_units, num_layers=self.num_layers,
             num_components=self.num_components, activation=self.activation, l2=self.l2,
             seed=self.seed, log_scale_bound=self.log_scale_bound,
-            hidden_degrees=self.hidden_degrees,
+            hidden_degrees=self.hidden_degrees, legacy_layer_names=self.legacy_layer_names,
         )
         return config
 

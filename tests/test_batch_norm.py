@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfp_maf import ExpGammaBatchNorm, ExpGammaBatchNormalization, flow_kwargs
+from tfp_maf import BatchNormState, ExpGammaBatchNorm, flow_kwargs
 
 EPS = 1e-5
 
@@ -54,7 +54,7 @@ def test_training_uses_minibatch_statistics(setup, mode):
 
 def test_training_normalises_the_batch_at_zero_parameters(setup):
     x, _ = setup
-    bn = ExpGammaBatchNormalization(3, dtype="float64")
+    bn = BatchNormState(3, dtype="float64")
     u = bn(x, training=True).numpy()
     np.testing.assert_allclose(u.mean(0), 0.0, atol=1e-10)
     np.testing.assert_allclose(u.std(0), 1.0, atol=1e-4)
@@ -62,7 +62,7 @@ def test_training_normalises_the_batch_at_zero_parameters(setup):
 
 def test_statistics_change_only_through_set_statistics(setup):
     x, _ = setup
-    bn = ExpGammaBatchNormalization(3, dtype="float64")
+    bn = BatchNormState(3, dtype="float64")
     before = [w.numpy().copy() for w in (bn.mean, bn.variance)]
     bn(x, training=True)
     bn.bijector().inverse(x, training=True)
@@ -77,7 +77,7 @@ def test_statistics_change_only_through_set_statistics(setup):
 
 def test_layer_bijector_reads_current_weights(setup):
     x, _ = setup
-    bn = ExpGammaBatchNormalization(3, dtype="float64")
+    bn = BatchNormState(3, dtype="float64")
     bijector = bn.bijector()
     bn.gamma.assign(np.log([2.0, 3.0, 4.0]))
     np.testing.assert_allclose(
@@ -87,7 +87,7 @@ def test_layer_bijector_reads_current_weights(setup):
 
 
 def test_set_statistics_rejects_bad_values():
-    bn = ExpGammaBatchNormalization(3)
+    bn = BatchNormState(3)
     with pytest.raises(ValueError, match=r"mean of shape \(3,\), got \(2,\)"):
         bn.set_statistics([0.0, 0.0], [1.0, 1.0, 1.0])
     with pytest.raises(ValueError, match="non-finite"):
@@ -99,8 +99,8 @@ def test_set_statistics_rejects_bad_values():
 def test_flow_kwargs_routes_training_and_rejects_duplicate_names():
     import tensorflow_probability as tfp
 
-    a = ExpGammaBatchNormalization(2, name="bn").bijector()
-    b = ExpGammaBatchNormalization(2, name="bn").bijector()
+    a = BatchNormState(2, name="bn").bijector()
+    b = BatchNormState(2, name="bn").bijector()
     with pytest.raises(ValueError, match="both named 'bn'"):
         flow_kwargs(tfp.bijectors.Chain([a, b]), training=True)
     chain = tfp.bijectors.Chain([tfp.bijectors.Invert(a)])

@@ -8,7 +8,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from conftest import BIJECTOR_KINDS, CONDITIONAL_KINDS, TOL, make_bijector
 
-from tfp_maf import MADE, MaskedAutoregressive
+from tfp_maf import MADENetwork, MaskedAutoregressive
 from tfp_maf.testing import (
     assert_pairs_close,
     log_det_pairs,
@@ -144,13 +144,13 @@ def test_finite_for_large_inputs_with_finite_gradients(kind):
 
 
 def _flow(dtype, conditional_dims=None):
-    from tfp_maf import ExpGammaBatchNormalization
+    from tfp_maf import BatchNormState
 
     layers, bijectors = [], []
     for i, kind in enumerate(["maf", "coupling_even", "maf"]):
         b = make_bijector(kind, dtype, D, conditional_dims=conditional_dims, seed=i)
         bijectors.append(b)
-    bn = ExpGammaBatchNormalization(D, dtype=dtype.name, name="bn")
+    bn = BatchNormState(D, dtype=dtype.name, name="bn")
     bijectors.insert(1, bn.bijector())
     layers = [b.made if hasattr(b, "made") else b._fn for b in bijectors if b.name != "bn"] + [bn]
     base = tfd.MultivariateNormalDiag(loc=tf.zeros(D, dtype))
@@ -176,7 +176,7 @@ def test_gradients_reach_every_weight(training):
 
 def test_matches_tfp_masked_autoregressive_flow(dtype, mode):
     """Oracle: TFP's own MAF bijector fed the same shift/log-scale function."""
-    made = MADE(D, [16, 16], order="random", seed=3, dtype=dtype.name)
+    made = MADENetwork(D, [16, 16], order="random", seed=3, dtype=dtype.name)
     randomize_weights(made, 3)
     ours = MaskedAutoregressive(made)
     theirs = tfb.MaskedAutoregressiveFlow(shift_and_log_scale_fn=lambda x: made(x))
@@ -204,7 +204,7 @@ def test_log_prob_runs_each_made_once():
     hidden = [16, 16]
     bijectors = []
     for i in range(5):
-        made = MADE(D, hidden, order="left-to-right" if i % 2 == 0 else "right-to-left")
+        made = MADENetwork(D, hidden, order="left-to-right" if i % 2 == 0 else "right-to-left")
         bijectors.append(MaskedAutoregressive(made, name=f"maf_{i}"))
     flow = tfd.TransformedDistribution(
         tfd.MultivariateNormalDiag(loc=tf.zeros(D)), tfb.Chain(bijectors)
@@ -239,7 +239,7 @@ def test_eager_calls_see_weight_updates():
 def test_eager_log_prob_never_runs_the_sequential_forward(monkeypatch):
     """Eagerly too, log_prob is one pass per MADE: TFP's forward log-det at x = f^-1(y)
     comes from the inverse pass, not from the D-step forward loop."""
-    made = MADE(D, [8], conditional_dims=2, seed=0)
+    made = MADENetwork(D, [8], conditional_dims=2, seed=0)
     bijector = tfb.Chain([MaskedAutoregressive(made, name="maf_1"), MaskedAutoregressive(made, name="maf_0")])
     dist = tfd.TransformedDistribution(tfd.MultivariateNormalDiag(loc=tf.zeros(D)), bijector)
     calls = []
@@ -268,7 +268,7 @@ def test_density_integrates_to_one_on_a_grid(kind):
     from tfp_maf import MADEMoG
 
     if kind == "mog":
-        made = MADE(2, [16], num_components=3, seed=0, dtype="float64")
+        made = MADENetwork(2, [16], num_components=3, seed=0, dtype="float64")
         randomize_weights(made, 0)
         dist = MADEMoG(made)
     else:

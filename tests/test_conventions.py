@@ -214,7 +214,7 @@ def test_keras_serialization_round_trip():
 
 
 def _chain(num_components=None):
-    mades = [tfp_maf.MADE(D, [8], conditional_dims=K, seed=i) for i in range(3)]
+    mades = [tfp_maf.MADENetwork(D, [8], conditional_dims=K, seed=i) for i in range(3)]
     for made in mades:
         randomize_weights(made, 1, scale=0.2)
     chain = tfb.Chain([
@@ -242,7 +242,7 @@ def test_hand_built_chains_take_y_in_any_form(form):
 
 
 def test_conditional_iaf_samples_with_its_log_prob():
-    made = tfp_maf.MADE(D, [8], conditional_dims=K, seed=4)
+    made = tfp_maf.MADENetwork(D, [8], conditional_dims=K, seed=4)
     randomize_weights(made, 4, scale=0.2)
     base = tfd.MultivariateNormalDiag(loc=np.zeros(D, np.float32))
     iaf = tfd.TransformedDistribution(base, tfb.Invert(tfp_maf.MaskedAutoregressive(made, name="iaf")))

@@ -41,13 +41,13 @@ def _traces(model) -> dict:
 
 
 def _programs(model) -> list:
-    mades = [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADE)]
+    mades = [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADENetwork)]
     return [p for m in mades for p in sampling.compiled_programs(sampling.Structure.of(m)).values()]
 
 
 def _tune(model, **tuning):
     for made in model._flatten_layers():
-        if isinstance(made, tfp_maf.MADE):
+        if isinstance(made, tfp_maf.MADENetwork):
             made.sampling_tuning = sampling.Tuning(**tuning)
 
 
@@ -66,7 +66,7 @@ def test_calls_of_every_size_trace_and_compile_a_bounded_number_of_times(name, c
         model.sample(n, y=y_row)
         model.log_prob(rng.normal(size=(n, D)).astype(np.float32), None if y_row is None else np.tile(y_row, (n, 1)))
     assert _traces(model) == traces and all(count <= 2 for count in traces.values()), traces
-    mades = [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADE)]
+    mades = [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADENetwork)]
     chunk_sizes = max(len(sampling.Schedule.of(sampling.Structure.of(m), m.sampling_tuning).chunk_sizes)
                       for m in mades)
     now = _programs(model)

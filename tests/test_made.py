@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import tfp_maf
-from tfp_maf import MADE, MaskedDense
+from tfp_maf import MADENetwork, MaskedDense
 from tfp_maf.testing import randomize_weights
 
 
@@ -18,7 +18,7 @@ from tfp_maf.testing import randomize_weights
 @pytest.mark.parametrize("conditional_dims", [None, 2])
 def test_output_depends_only_on_earlier_variables(num_components, conditional_dims):
     D = 5
-    made = MADE(
+    made = MADENetwork(
         D, [12, 12], num_components=num_components, order="random", seed=4, activation="tanh",
         conditional_dims=conditional_dims,
     )
@@ -43,27 +43,27 @@ def test_output_depends_only_on_earlier_variables(num_components, conditional_di
 
 
 def test_heads_and_shapes():
-    made = MADE(3, [8], num_components=4)
+    made = MADENetwork(3, [8], num_components=4)
     logits, loc, log_scale = made(tf.zeros([2, 7, 3]))
     assert logits.shape == loc.shape == log_scale.shape == (2, 7, 3, 4)
-    shift, log_scale = MADE(3, [8])(tf.zeros([3]))
+    shift, log_scale = MADENetwork(3, [8])(tf.zeros([3]))
     assert shift.shape == log_scale.shape == (3,)
 
 
 def test_output_layer_is_one_fused_matmul():
-    made = MADE(4, [8, 8], num_components=2)
+    made = MADENetwork(4, [8, 8], num_components=2)
     assert made.output_layer.units == 4 * 3 * 2
     assert len(made.hidden_layers) == 2
 
 
 def test_gaussian_head_starts_as_identity():
-    shift, log_scale = MADE(3, [8])(tf.random.normal([4, 3]))
+    shift, log_scale = MADENetwork(3, [8])(tf.random.normal([4, 3]))
     np.testing.assert_array_equal(shift, 0.0)
     np.testing.assert_array_equal(log_scale, 0.0)
 
 
 def test_conditional_input_changes_output_and_broadcasts():
-    made = MADE(3, [8], conditional_dims=2, seed=0)
+    made = MADENetwork(3, [8], conditional_dims=2, seed=0)
     randomize_weights(made, 1)
     x = tf.random.normal([5, 3], seed=1)
     a = made(x, conditional_input=tf.constant([1.0, 0.0]))
@@ -76,7 +76,7 @@ def test_conditional_input_changes_output_and_broadcasts():
 
 
 def test_conditional_without_hidden_layers_feeds_the_output():
-    made = MADE(3, [], conditional_dims=2)
+    made = MADENetwork(3, [], conditional_dims=2)
     randomize_weights(made, 2)
     a = made(tf.zeros([1, 3]), conditional_input=tf.constant([[1.0, 0.0]]))[0]
     b = made(tf.zeros([1, 3]), conditional_input=tf.constant([[0.0, 1.0]]))[0]
@@ -84,25 +84,25 @@ def test_conditional_without_hidden_layers_feeds_the_output():
 
 
 def test_bad_inputs_raise():
-    made = MADE(3, [8], conditional_dims=2)
+    made = MADENetwork(3, [8], conditional_dims=2)
     with pytest.raises(ValueError, match=r"3 variables.*got shape \[4, 5\]"):
         made(tf.zeros([4, 5]), conditional_input=tf.zeros([4, 2]))
     with pytest.raises(ValueError, match=r"2 columns.*\[4, 3\]"):
         made(tf.zeros([4, 3]), conditional_input=tf.zeros([4, 3]))
     with pytest.raises(ValueError, match="event_size must be >= 1"):
-        MADE(0)
+        MADENetwork(0)
     with pytest.raises(ValueError, match=r"mask must have shape \[fan_in, 3\]"):
         MaskedDense(3, np.ones((2, 4)))
 
 
 def test_config_round_trip_rebuilds_the_same_network():
-    made = MADE(
+    made = MADENetwork(
         4, [6, 5], num_components=2, activation="tanh", order=[3, 1, 0, 2],
         hidden_degrees="random", conditional_dims=3, seed=7,
         kernel_regularizer=keras.regularizers.L2(1e-6),
     )
     config = json.loads(json.dumps(made.get_config()))
-    clone = MADE.from_config(config)
+    clone = MADENetwork.from_config(config)
     clone.set_weights(made.get_weights())
     x, y = tf.random.normal([2, 4]), tf.random.normal([2, 3])
     for a, b in zip(made(x, conditional_input=y), clone(x, conditional_input=y), strict=True):
@@ -110,17 +110,17 @@ def test_config_round_trip_rebuilds_the_same_network():
     for m, c in zip(made.masks, clone.masks, strict=True):
         np.testing.assert_array_equal(m, c)
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(made))
-    assert isinstance(restored, MADE) and restored.num_components == 2
+    assert isinstance(restored, MADENetwork) and restored.num_components == 2
 
 
 def test_regularizer_adds_losses_for_every_kernel():
-    made = MADE(3, [4, 4], conditional_dims=2, kernel_regularizer=keras.regularizers.L2(1e-6))
+    made = MADENetwork(3, [4, 4], conditional_dims=2, kernel_regularizer=keras.regularizers.L2(1e-6))
     made(tf.zeros([1, 3]), conditional_input=tf.zeros([1, 2]))
     assert len(made.losses) == 3 + 2  # three masked kernels, two y kernels
 
 
 def test_float64_layer():
-    made = MADE(3, [4], dtype="float64")
+    made = MADENetwork(3, [4], dtype="float64")
     out = made(np.zeros((2, 3)))
     assert out[0].dtype == tf.float64
 
@@ -147,7 +147,7 @@ def test_kernels_keep_zeros_outside_their_masks_through_training(make_optimizer)
     optimizer = make_optimizer()
     # The forward pass reads the kernels as they are (no mask product per call),
     # so the zeros must come from the initializer and survive every step.
-    made = MADE(4, [16, 16], num_components=2, conditional_dims=2, seed=0)
+    made = MADENetwork(4, [16, 16], num_components=2, conditional_dims=2, seed=0)
     assert _outside_mask(made) == 0.0
     x, y = tf.random.normal([64, 4], seed=1), tf.random.normal([64, 2], seed=2)
     for _ in range(3):
@@ -165,7 +165,7 @@ def test_kernels_keep_zeros_outside_their_masks_through_training(make_optimizer)
 
 
 def test_weights_written_with_entries_outside_the_masks_give_the_masked_network():
-    made = MADE(3, [8, 8], seed=0)
+    made = MADENetwork(3, [8, 8], seed=0)
     randomize_weights(made, 3)
     x = tf.random.normal([5, 3], seed=1)
     expected = made(x)
@@ -175,7 +175,7 @@ def test_weights_written_with_entries_outside_the_masks_give_the_masked_network(
         layer.kernel.assign(layer.kernel + 5.0 * (1 - layer.mask))
     raw = made.get_weights()
     assert _outside_mask(made) == 5.0
-    clone = MADE(3, [8, 8], seed=0)
+    clone = MADENetwork(3, [8, 8], seed=0)
     clone.set_weights(raw)  # MADE.set_weights
     for a, b in zip(clone(x), expected, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
@@ -192,7 +192,7 @@ def test_a_trace_registers_no_gradient_function():
     # graph: a MADE traced and differentiated in graph after graph must leave none.
     from tensorflow.python.framework import ops
 
-    made = MADE(4, [16, 16], seed=0)
+    made = MADENetwork(4, [16, 16], seed=0)
     before = len(ops._gradient_registry._registry)
 
     @tf.function

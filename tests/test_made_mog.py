@@ -7,14 +7,14 @@ import pytest
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from tfp_maf import MADE, MADEMoG, MaskedAutoregressive
+from tfp_maf import MADEMoG, MADENetwork, MaskedAutoregressive
 from tfp_maf.testing import randomize_weights
 
 tfd, tfb = tfp.distributions, tfp.bijectors
 
 
 def _mog(dtype="float32", D=2, conditional_dims=None, seed=0):
-    made = MADE(D, [16], num_components=3, seed=seed, dtype=dtype,
+    made = MADENetwork(D, [16], num_components=3, seed=seed, dtype=dtype,
                 conditional_dims=conditional_dims, order="right-to-left")
     randomize_weights(made, seed, scale=0.3)
     return MADEMoG(made)
@@ -69,7 +69,7 @@ def test_conditional():
 
 def test_is_the_base_of_maf_mog_and_gradients_reach_every_weight():
     base = _mog(D=2)
-    made = MADE(2, [8])
+    made = MADENetwork(2, [8])
     flow = tfd.TransformedDistribution(base, MaskedAutoregressive(made))
     x = tf.random.normal([16, 2])
     with tf.GradientTape() as tape:
@@ -82,8 +82,8 @@ def test_is_the_base_of_maf_mog_and_gradients_reach_every_weight():
 
 def test_wrong_head_raises():
     with pytest.raises(ValueError, match="mixture head"):
-        MADEMoG(MADE(2, [4]))
+        MADEMoG(MADENetwork(2, [4]))
     with pytest.raises(ValueError, match="Gaussian head"):
-        MaskedAutoregressive(MADE(2, [4], num_components=2))
+        MaskedAutoregressive(MADENetwork(2, [4], num_components=2))
     with pytest.raises(ValueError, match=r"2 variables.*\[3, 5\]"):
         _mog().log_prob(tf.zeros([3, 5]))

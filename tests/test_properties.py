@@ -57,7 +57,7 @@ def _check_bijector(bijector, D, batch_shape, K, dtype, seed):
 @given(D=sizes, hidden_units=hidden, order=orders, dtype=dtypes, K=conditioning,
        batch_shape=batch_shapes, seed=st.integers(0, 2**16))
 def test_masked_autoregressive(D, hidden_units, order, dtype, K, batch_shape, seed):
-    made = tfp_maf.MADE(D, hidden_units=hidden_units, order=order, conditional_dims=K,
+    made = tfp_maf.MADENetwork(D, hidden_units=hidden_units, order=order, conditional_dims=K,
                         seed=seed, dtype=dtype)
     randomize_weights(made, seed)
     _check_bijector(tfp_maf.MaskedAutoregressive(made), D, batch_shape, K, dtype, seed)

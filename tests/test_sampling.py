@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfp_maf import MADE, MADEMoG, MaskedAutoregressive
+from tfp_maf import MADEMoG, MADENetwork, MaskedAutoregressive
 from tfp_maf.sampling import Schedule, SequentialPlan, Structure, Tuning
 from tfp_maf.testing import randomize_weights
 
@@ -25,7 +25,7 @@ CONFIGS = [
 
 def _made(config, num_components=None, dtype="float32", **tuning):
     D, hidden, K, order, degrees = config
-    made = MADE(D, hidden, num_components=num_components, conditional_dims=K, order=order,
+    made = MADENetwork(D, hidden, num_components=num_components, conditional_dims=K, order=order,
                 hidden_degrees=degrees, seed=3, dtype=dtype)
     made.sampling_tuning = Tuning(**tuning)
     randomize_weights(made, seed=1, scale=0.3 / np.sqrt(max(hidden + [D])))
@@ -91,7 +91,7 @@ def test_concurrent_parts_equal_the_plain_loop(config, parts, monkeypatch):
 
 
 def test_parts_are_one_per_core_and_never_more_than_the_chunks():
-    schedule = Schedule.of(Structure.of(MADE(43, [512, 512])), Tuning())
+    schedule = Schedule.of(Structure.of(MADENetwork(43, [512, 512])), Tuning())
     chunk = schedule.chunk_sizes[-1]
     assert schedule.parts_for(1) == 1
     assert schedule.parts_for(chunk) == 1
@@ -135,10 +135,10 @@ def test_block_size_keeps_the_in_block_work_small():
     def block_steps(made):
         return Schedule.of(Structure.of(made), Tuning()).block_steps
 
-    assert block_steps(MADE(784, [1024])) == 16
-    assert block_steps(MADE(43, [512, 512])) == 1
-    assert block_steps(MADE(5, [16, 16])) == 1
-    assert Schedule.of(Structure.of(MADE(5, [16, 16])), Tuning(block_steps=4, chunk_rows=8)) == (4, (8,), None)
+    assert block_steps(MADENetwork(784, [1024])) == 16
+    assert block_steps(MADENetwork(43, [512, 512])) == 1
+    assert block_steps(MADENetwork(5, [16, 16])) == 1
+    assert Schedule.of(Structure.of(MADENetwork(5, [16, 16])), Tuning(block_steps=4, chunk_rows=8)) == (4, (8,), None)
 
 
 def test_tuning_refuses_what_is_not_a_positive_count():

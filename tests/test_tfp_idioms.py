@@ -36,7 +36,7 @@ def _own(*layers, trainable=None):
 
 
 def _made(conditional_dims=None, seed=0, **kw):
-    return tfp_maf.MADE(D, [8], conditional_dims=conditional_dims, seed=seed, **kw)
+    return tfp_maf.MADENetwork(D, [8], conditional_dims=conditional_dims, seed=seed, **kw)
 
 
 def _nets(conditional_dims=None, parity="even"):
@@ -47,7 +47,7 @@ def _nets(conditional_dims=None, parity="even"):
 @pytest.mark.parametrize("conditional_dims", [None, K])
 def test_each_bijector_and_distribution_lists_its_layers_variables(conditional_dims):
     made, nets, mog = _made(conditional_dims), _nets(conditional_dims), _made(conditional_dims, num_components=2)
-    bn = tfp_maf.ExpGammaBatchNormalization(D)
+    bn = tfp_maf.BatchNormState(D)
     for owner, layer in [
         (tfp_maf.MaskedAutoregressive(made), made),
         (tfp_maf.AffineCoupling(nets, D), nets),
@@ -63,7 +63,7 @@ def test_each_bijector_and_distribution_lists_its_layers_variables(conditional_d
 def test_compositions_list_every_variable_once():
     mades = [_made(K, seed=i) for i in range(2)]
     nets, mog = _nets(K, "odd"), _made(K, seed=5, num_components=2)
-    bn = tfp_maf.ExpGammaBatchNormalization(D)
+    bn = tfp_maf.BatchNormState(D)
     shared = tfp_maf.MaskedAutoregressive(mades[0], name="again")  # the same MADE a second time
     chain = tfb.Chain([
         tfp_maf.MaskedAutoregressive(mades[0], name="maf_0"),
@@ -105,7 +105,7 @@ def test_a_lazily_built_layer_shows_its_variables_from_its_first_call():
 def _conditional_flow():
     """MAF (2) with batch norm over a MADE MoG base, conditional on y."""
     mades = [_made(K, seed=i, order=order) for i, order in enumerate(["left-to-right", "right-to-left"])]
-    norms = [tfp_maf.ExpGammaBatchNormalization(D, name=f"bn_{i}") for i in range(2)]
+    norms = [tfp_maf.BatchNormState(D, name=f"bn_{i}") for i in range(2)]
     parts = []
     for i, made in enumerate(mades):
         parts += [tfp_maf.MaskedAutoregressive(made, name=f"maf_{i}"), norms[i].bijector()]
@@ -221,7 +221,7 @@ def _data(dtype, shape, seed):
 
 @pytest.mark.parametrize("conditional_dims", [None, K], ids=["unconditional", "conditional"])
 def test_masked_autoregressive_equals_tfp_masked_autoregressive_flow(conditional_dims, dtype):
-    made = tfp_maf.MADE(D, [16, 16], order="random", seed=3, conditional_dims=conditional_dims, dtype=dtype.name)
+    made = tfp_maf.MADENetwork(D, [16, 16], order="random", seed=3, conditional_dims=conditional_dims, dtype=dtype.name)
     randomize_weights(made, 3)
     ours = tfp_maf.MaskedAutoregressive(made)
     theirs = tfb.MaskedAutoregressiveFlow(shift_and_log_scale_fn=made)

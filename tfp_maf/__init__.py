@@ -8,12 +8,15 @@ Every public symbol, and where it lives:
 | `AffineCoupling`, `coupling_partition` | `tfp_maf.bijectors.affine_coupling` |
 | `ExpGammaBatchNorm`, `batch_moments` | `tfp_maf.bijectors.exp_gamma_batch_norm` |
 | `MADEMoG` | `tfp_maf.distributions.made_mog` |
-| `MADE`, `MaskedDense`, `apply_masks` | `tfp_maf.layers.made` |
+| `MADENetwork` (the MADE network), `MaskedDense`, `apply_masks` | `tfp_maf.layers.made` |
 | `CouplingNetworks` | `tfp_maf.layers.coupling` |
-| `ExpGammaBatchNormalization` | `tfp_maf.layers.batch_norm` |
+| `BatchNormState` (the batch norm's weights and statistics) | `tfp_maf.layers.batch_norm` |
 | `flow_kwargs`, `bind_kwargs` | `tfp_maf.kwargs` |
 | `masks` (orders, degrees, masks; pure NumPy) | `tfp_maf.masks` |
 | `sampling` (the one-pass sequential engine) | `tfp_maf.sampling` |
+
+`MADE` and `ExpGammaBatchNormalization`, the layers' names in 0.1, still import
+(with a `DeprecationWarning` when built) until 0.3.
 """
 
 from tfp_maf import bijectors, distributions, layers, masks, sampling
@@ -28,21 +31,25 @@ from tfp_maf.distributions import MADEMoG
 from tfp_maf.kwargs import bind_kwargs, flow_kwargs
 from tfp_maf.layers import (
     MADE,
+    BatchNormState,
     CouplingNetworks,
     ExpGammaBatchNormalization,
+    MADENetwork,
     MaskedDense,
     apply_masks,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
-    "MADE",
+    "MADE",  # deprecated: MADENetwork
     "AffineCoupling",
+    "BatchNormState",
     "CouplingNetworks",
     "ExpGammaBatchNorm",
-    "ExpGammaBatchNormalization",
+    "ExpGammaBatchNormalization",  # deprecated: BatchNormState
     "MADEMoG",
+    "MADENetwork",
     "MaskedAutoregressive",
     "MaskedDense",
     "apply_masks",

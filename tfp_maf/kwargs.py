@@ -115,8 +115,8 @@ def bind_kwargs(distribution, conditional_input=None, training=None):
     Example:
 
     >>> import numpy as np, tensorflow_probability as tfp
-    >>> from tfp_maf import MADE, MaskedAutoregressive, bind_kwargs
-    >>> made = MADE(2, hidden_units=[8], conditional_dims=3, seed=0)
+    >>> from tfp_maf import MADENetwork, MaskedAutoregressive, bind_kwargs
+    >>> made = MADENetwork(2, hidden_units=[8], conditional_dims=3, seed=0)
     >>> flow = tfp.distributions.TransformedDistribution(
     ...     tfp.distributions.MultivariateNormalDiag(loc=np.zeros(2, np.float32)),
     ...     MaskedAutoregressive(made, name="maf"))

@@ -133,7 +133,7 @@ def made_masks(
     ``d_hidden < d(i)`` so that output ``i`` never sees ``x_i`` or later
     variables. With no hidden layer the single mask is strictly triangular in
     the order. The output mask has one column per variable; a head with several
-    parameters per variable repeats it (see `tfp_maf.layers.MADE`).
+    parameters per variable repeats it (see `tfp_maf.layers.MADENetwork`).
     """
     masks = []
     prev = np.asarray(input_degrees)

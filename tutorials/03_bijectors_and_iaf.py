@@ -46,7 +46,7 @@ def main(fast: bool = False) -> dict:
 
     # 1. A MAF in plain TFP: MADE layers (Keras 3, they own the weights) inside
     #    MaskedAutoregressive bijectors, reversing the order between layers.
-    mades = [tfp_maf.MADE(2, hidden_units=[32, 32], order=order, seed=i)
+    mades = [tfp_maf.MADENetwork(2, hidden_units=[32, 32], order=order, seed=i)
              for i, order in enumerate(["left-to-right", "right-to-left"] * 2)]
     maf = tfb.Chain([tfp_maf.MaskedAutoregressive(m, name=f"maf_{i}") for i, m in enumerate(mades)])
     print("MAF log_prob of two points:", flow([maf]).log_prob(tf.zeros([2, 2])).numpy())

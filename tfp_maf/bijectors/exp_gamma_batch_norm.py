@@ -48,7 +48,7 @@ class ExpGammaBatchNorm(FusedBijector):
     Otherwise, and always in the forward direction (sampling, which has no
     minibatch of ``x``), it uses the stored ``mean`` and ``variance``. The
     paper sets those to the statistics of the whole training set before
-    validating and testing; `tfp_maf.layers.ExpGammaBatchNormalization`
+    validating and testing; `tfp_maf.layers.BatchNormState`
     holds them and sets them explicitly.
 
     The log-det has the batch shape of the input (it does not depend on the

@@ -44,7 +44,7 @@ class MaskedAutoregressive(LayerVariables, FusedBijector):
     sum_i alpha_i`` at no extra cost.
 
     Args:
-      made: a `tfp_maf.layers.MADE` with the Gaussian head, or any callable
+      made: a `tfp_maf.layers.MADENetwork` with the Gaussian head, or any callable
         ``made(x, conditional_input=None) -> (shift, log_scale)`` that is
         autoregressive in ``x``.
       validate_args: Python `bool`, TFP's flag; enables runtime shape checks.
@@ -67,11 +67,11 @@ class MaskedAutoregressive(LayerVariables, FusedBijector):
     #### Examples
 
     >>> import numpy as np, tensorflow_probability as tfp
-    >>> from tfp_maf.layers import MADE
+    >>> from tfp_maf.layers import MADENetwork
     >>> from tfp_maf.bijectors import MaskedAutoregressive
     >>> flow = tfp.distributions.TransformedDistribution(
     ...     tfp.distributions.MultivariateNormalDiag(loc=np.zeros(2, np.float32)),
-    ...     MaskedAutoregressive(MADE(2, hidden_units=[16], seed=0)))
+    ...     MaskedAutoregressive(MADENetwork(2, hidden_units=[16], seed=0)))
     >>> flow.log_prob(np.zeros((4, 2), np.float32)).shape
     TensorShape([4])
 

@@ -43,7 +43,7 @@ class MADEMoG(LayerVariables, tfd.Distribution):
     gives MAF MoG. It is not reparameterized (component choice is discrete).
 
     Args:
-      made: a `tfp_maf.layers.MADE` with ``num_components=C``, or any callable
+      made: a `tfp_maf.layers.MADENetwork` with ``num_components=C``, or any callable
         ``made(x, conditional_input=None) -> (logits, loc, log_scale)``, each
         ``batch + [D, C]``, autoregressive in ``x``. A generic callable also
         needs ``event_size``.
@@ -63,9 +63,9 @@ class MADEMoG(LayerVariables, tfd.Distribution):
     #### Examples
 
     >>> import numpy as np
-    >>> from tfp_maf.layers import MADE
+    >>> from tfp_maf.layers import MADENetwork
     >>> from tfp_maf.distributions import MADEMoG
-    >>> dist = MADEMoG(MADE(2, hidden_units=[16], num_components=3, seed=0))
+    >>> dist = MADEMoG(MADENetwork(2, hidden_units=[16], num_components=3, seed=0))
     >>> dist.sample(4, seed=1).shape
     TensorShape([4, 2])
 
@@ -89,7 +89,7 @@ class MADEMoG(LayerVariables, tfd.Distribution):
         parameters = dict(locals())
         event_size = event_size or getattr(made, "event_size", None)
         if event_size is None:
-            raise ValueError("MADEMoG needs event_size when made is not a tfp_maf MADE.")
+            raise ValueError("MADEMoG needs event_size when made is not a tfp_maf.MADENetwork.")
         if getattr(made, "num_components", 1) is None:
             raise ValueError(
                 "MADEMoG needs a MADE with the mixture head (num_components=C); got the "

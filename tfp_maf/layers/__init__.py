@@ -1,7 +1,15 @@
 """Keras 3 layers that own the trainable state of the bijectors."""
 
-from tfp_maf.layers.batch_norm import ExpGammaBatchNormalization
+from tfp_maf.layers.batch_norm import BatchNormState, ExpGammaBatchNormalization
 from tfp_maf.layers.coupling import CouplingNetworks
-from tfp_maf.layers.made import MADE, MaskedDense, apply_masks
+from tfp_maf.layers.made import MADE, MADENetwork, MaskedDense, apply_masks
 
-__all__ = ["MADE", "CouplingNetworks", "ExpGammaBatchNormalization", "MaskedDense", "apply_masks"]
+__all__ = [
+    "MADE",  # deprecated: MADENetwork
+    "BatchNormState",
+    "CouplingNetworks",
+    "ExpGammaBatchNormalization",  # deprecated: BatchNormState
+    "MADENetwork",
+    "MaskedDense",
+    "apply_masks",
+]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -9,11 +11,11 @@ import tensorflow as tf
 from tfp_maf import _checks
 from tfp_maf.bijectors.exp_gamma_batch_norm import ExpGammaBatchNorm
 
-__all__ = ["ExpGammaBatchNormalization"]
+__all__ = ["BatchNormState", "ExpGammaBatchNormalization"]
 
 
 @keras.saving.register_keras_serializable(package="tfp_maf")
-class ExpGammaBatchNormalization(keras.layers.Layer):
+class BatchNormState(keras.layers.Layer):
     """Holds ``beta``, ``gamma`` (trained) and ``mean``, ``variance`` (set).
 
     The maths is `tfp_maf.bijectors.ExpGammaBatchNorm`, which `bijector()`
@@ -33,7 +35,7 @@ class ExpGammaBatchNormalization(keras.layers.Layer):
     Example:
 
     >>> import numpy as np
-    >>> bn = ExpGammaBatchNormalization(2)
+    >>> bn = BatchNormState(2)
     >>> bn.set_statistics(mean=[1., 2.], variance=[4., 9.])
     >>> np.round(bn(np.array([[3., 5.]], np.float32)).numpy(), 3)
     array([[1., 1.]], dtype=float32)
@@ -90,3 +92,14 @@ class ExpGammaBatchNormalization(keras.layers.Layer):
         config = super().get_config()
         config.update(event_size=self.event_size, epsilon=self.epsilon)
         return config
+
+
+@keras.saving.register_keras_serializable(package="tfp_maf")
+class ExpGammaBatchNormalization(BatchNormState):
+    """Deprecated name of `BatchNormState` (tfp-maf 0.1), kept for one release; like
+    `tfp_maf.layers.made.MADE`, it keeps the weight paths of files saved by 0.1."""
+
+    def __init__(self, *args, **kwargs):
+        warnings.warn("tfp_maf.ExpGammaBatchNormalization is now tfp_maf.BatchNormState; the old name "
+                      "goes in 0.3.", DeprecationWarning, stacklevel=2)
+        super().__init__(*args, **kwargs)

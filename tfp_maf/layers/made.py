@@ -17,8 +17,8 @@ times, so a whole MADE costs ``L + 1`` matmuls (plus one per layer for ``y``).
 Example:
 
 >>> import numpy as np
->>> from tfp_maf.layers import MADE
->>> made = MADE(3, hidden_units=[8], seed=0)
+>>> from tfp_maf.layers import MADENetwork
+>>> made = MADENetwork(3, hidden_units=[8], seed=0)
 >>> shift, log_scale = made(np.zeros((5, 3), np.float32))
 >>> tuple(shift.shape), tuple(log_scale.shape)
 ((5, 3), (5, 3))
@@ -33,6 +33,7 @@ References:
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Sequence
 
 import keras
@@ -41,7 +42,7 @@ import tensorflow as tf
 
 from tfp_maf import _checks, masks, sampling
 
-__all__ = ["MADE", "MaskedDense", "apply_masks", "masked_gradient"]
+__all__ = ["MADE", "MADENetwork", "MaskedDense", "apply_masks", "masked_gradient"]
 
 
 def masked_gradient(kernel, mask):
@@ -209,7 +210,7 @@ class MaskedDense(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="tfp_maf")
-class MADE(keras.layers.Layer):
+class MADENetwork(keras.layers.Layer):
     """Masked autoencoder giving the parameters of each conditional of ``x``.
 
     Calling the layer returns, for the Gaussian head (``num_components=None``),
@@ -452,3 +453,20 @@ class MADE(keras.layers.Layer):
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
         )
         return config
+
+
+@keras.saving.register_keras_serializable(package="tfp_maf")
+class MADE(MADENetwork):
+    """Deprecated name of `MADENetwork` (tfp-maf 0.1), kept for one release.
+
+    Keras stores the weights of a model's layers under their class names, so this
+    class keeps the paths of files saved by 0.1 (``layers/made``): models loaded from
+    such files are built from it, and code that built its own models from
+    ``tfp_maf.MADE`` still loads what it saved. (``keras_models.MADE``, the model, is
+    not deprecated.)
+    """
+
+    def __init__(self, *args, **kwargs):
+        warnings.warn("tfp_maf.MADE (the layer) is now tfp_maf.MADENetwork; the old name goes in 0.3.",
+                      DeprecationWarning, stacklevel=2)
+        super().__init__(*args, **kwargs)

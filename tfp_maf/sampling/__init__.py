@@ -17,7 +17,7 @@ becomes final: about the work of one forward pass, spread over D steps.
 | `loops` | the D-step loops, step by step and in blocks of degrees |
 | `runner` | `sequential_pass`: the compiled loops, shared per structure, over batches of any size |
 
-The one user of the engine is `tfp_maf.layers.MADE.sample_sequentially`; the bijectors
+The one user of the engine is `tfp_maf.layers.MADENetwork.sample_sequentially`; the bijectors
 and distributions call that.
 """
 

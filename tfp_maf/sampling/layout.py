@@ -50,7 +50,7 @@ def lay_out(structure: Structure, layout: BlockLayout, weights: dict, dtype) -> 
 
 def conditional_terms(prepared: dict, conditional_input, dtype, num_layers: int) -> list:
     """``(y @ V_l)^T`` in the loop's layout, one per layer y feeds (as
-    `tfp_maf.layers.MADE.conditional_terms`, transposed); Nones without y."""
+    `tfp_maf.layers.MADENetwork.conditional_terms`, transposed); Nones without y."""
     if conditional_input is None:
         return [None] * max(num_layers, 1)
     y = tf.cast(conditional_input, dtype)

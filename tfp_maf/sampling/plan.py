@@ -57,7 +57,7 @@ class Structure(NamedTuple):
 
     @classmethod
     def of(cls, made) -> Structure:
-        """The structure of a `tfp_maf.layers.MADE` (or anything with its attributes)."""
+        """The structure of a `tfp_maf.layers.MADENetwork` (or anything with its attributes)."""
         return cls(made.event_size, tuple(made.hidden_units), made.params_per_dim,
                    made.activation, made.conditional_dims, made.sequential_plan)
 

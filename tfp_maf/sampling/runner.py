@@ -62,7 +62,7 @@ def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, 
     Args:
       structure: the MADE's `Structure`.
       weights: ``{"hidden": [(kernel, bias)], "output": (kernel, bias), "conditional":
-        [V_l]}``, tensors with the masks applied (`tfp_maf.layers.MADE.sampling_weights`).
+        [V_l]}``, tensors with the masks applied (`tfp_maf.layers.MADENetwork.sampling_weights`).
       emit: ``emit(params, t, noise) -> (value, extra)``: ``params`` are the raw outputs
         of the variable of degree t + 1, shape ``[P, B]`` (P outputs per variable, in the
         MADE's layout); returns its value ``[B]`` and one more ``[B]`` quantity to keep

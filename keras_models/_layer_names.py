@@ -1,0 +1,76 @@
+"""Weight files of tfp-maf 0.1 and of later versions, loaded into either.
+
+Keras 3 stores the weights of a model's layers under their class names
+(``layers/made``, ``layers/made_1``, ...). 0.2 renamed the layers
+(``MADE`` -> ``MADENetwork``, ``ExpGammaBatchNormalization`` -> ``BatchNormState``),
+and so the paths. A model remembers which names its layers carry
+(``legacy_layer_names``: loaded from a 0.1 ``.keras`` file); when a weights file
+(``.weights.h5``, or a ``.keras`` file given to ``load_weights``) uses the other
+names, `matching_weights` gives a copy renamed to the model's. Nothing else about
+the layout changed, so the renamed copy loads as Keras would have loaded the
+original.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+
+__all__ = ["matching_weights"]
+
+# 0.1's snake-cased class name -> 0.2's, as Keras writes them.
+RENAMED = {"made": "made_network", "exp_gamma_batch_normalization": "batch_norm_state"}
+
+
+def _renames(names, legacy: bool) -> dict:
+    """``{path in the file: path the model expects}`` for the layer groups to rename."""
+    table = {new: old for old, new in RENAMED.items()} if legacy else RENAMED
+    renames = {}
+    for name in names:
+        match = re.fullmatch(r"(.+?)(_\d+)?", name)
+        if match[1] in table:
+            renames[name] = table[match[1]] + (match[2] or "")
+    return renames
+
+
+def _keras_archive(path: Path) -> bool:
+    """A ``.keras`` file holding its weights in one ``model.weights.h5`` (not sharded)."""
+    if not path.name.endswith(".keras") or not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return "model.weights.h5" in archive.namelist()
+
+
+@contextlib.contextmanager
+def matching_weights(filepath, legacy: bool):
+    """Yields ``filepath``, or a renamed copy if its layer names are the other version's.
+
+    ``legacy``: whether the model's layers carry 0.1's names. Files that are not
+    ``.weights.h5`` or ``.keras`` pass through untouched (Keras reports on them).
+    """
+    import h5py
+
+    path = Path(filepath)
+    if not path.is_file() or not (path.name.endswith(".weights.h5") or _keras_archive(path)):
+        yield filepath
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "renamed.weights.h5"
+        if path.name.endswith(".keras"):
+            with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as src, open(copy, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        with h5py.File(copy if copy.exists() else path, "r") as f:
+            renames = _renames(list(f["layers"]) if "layers" in f else [], legacy)
+        if not renames:
+            yield filepath
+            return
+        if not copy.exists():
+            shutil.copyfile(path, copy)
+        with h5py.File(copy, "r+") as f:
+            for old, new in renames.items():
+                f["layers"].move(old, new)
+        yield copy
