@@ -45,6 +45,14 @@ def _keras_archive(path: Path) -> bool:
         return "model.weights.h5" in archive.namelist()
 
 
+def _open_weights(path: Path):
+    """The HDF5 weights inside ``path``: the file itself, or a ``.keras`` file's member."""
+    if path.name.endswith(".keras"):
+        with zipfile.ZipFile(path) as archive:
+            return archive.open("model.weights.h5")
+    return open(path, "rb")
+
+
 @contextlib.contextmanager
 def matching_weights(filepath, legacy: bool):
     """Yields ``filepath``, or a renamed copy if its layer names are the other version's.
@@ -58,18 +66,15 @@ def matching_weights(filepath, legacy: bool):
     if not path.is_file() or not (path.name.endswith(".weights.h5") or _keras_archive(path)):
         yield filepath
         return
+    with _open_weights(path) as src, h5py.File(src, "r") as f:
+        renames = _renames(list(f["layers"]) if "layers" in f else [], legacy)
+    if not renames:
+        yield filepath
+        return
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "renamed.weights.h5"
-        if path.name.endswith(".keras"):
-            with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as src, open(copy, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        with h5py.File(copy if copy.exists() else path, "r") as f:
-            renames = _renames(list(f["layers"]) if "layers" in f else [], legacy)
-        if not renames:
-            yield filepath
-            return
-        if not copy.exists():
-            shutil.copyfile(path, copy)
+        with _open_weights(path) as src, open(copy, "wb") as dst:
+            shutil.copyfileobj(src, dst)
         with h5py.File(copy, "r+") as f:
             for old, new in renames.items():
                 f["layers"].move(old, new)
