@@ -20,6 +20,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from keras_models import _kernel_layout
+
 __all__ = ["matching_weights"]
 
 # 0.1's snake-cased class name -> 0.2's, as Keras writes them.
@@ -53,9 +55,17 @@ def _open_weights(path: Path):
     return open(path, "rb")
 
 
+def _optimizer_arrays(f) -> list:
+    """The optimizer's saved variables, in their order."""
+    group = f.get("optimizer/vars")
+    return [] if group is None else [group[str(i)][()] for i in range(len(group))]
+
+
 @contextlib.contextmanager
-def matching_weights(filepath, legacy: bool):
-    """Yields ``filepath``, or a renamed copy if its layer names are the other version's.
+def matching_weights(filepath, legacy: bool, model=None):
+    """Yields ``filepath``, or a copy adapted to the model: layer groups renamed if
+    they carry the other version's names, and, given ``model``, optimizer state saved
+    with dense MADE kernels rearranged for its kernel blocks (`_kernel_layout`).
 
     ``legacy``: whether the model's layers carry 0.1's names. Files that are not
     ``.weights.h5`` or ``.keras`` pass through untouched (Keras reports on them).
@@ -68,7 +78,8 @@ def matching_weights(filepath, legacy: bool):
         return
     with _open_weights(path) as src, h5py.File(src, "r") as f:
         renames = _renames(list(f["layers"]) if "layers" in f else [], legacy)
-    if not renames:
+        optimizer = None if model is None else _kernel_layout.optimizer_arrays(model, _optimizer_arrays(f))
+    if not renames and optimizer is None:
         yield filepath
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,4 +89,9 @@ def matching_weights(filepath, legacy: bool):
         with h5py.File(copy, "r+") as f:
             for old, new in renames.items():
                 f["layers"].move(old, new)
+            if optimizer is not None:
+                del f["optimizer/vars"]
+                group = f.create_group("optimizer/vars")
+                for i, value in enumerate(optimizer):
+                    group[str(i)] = value
         yield copy
