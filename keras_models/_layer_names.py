@@ -7,8 +7,9 @@ and so the paths. A model remembers which names its layers carry
 (``legacy_layer_names``: loaded from a 0.1 ``.keras`` file); when a weights file
 (``.weights.h5``, or a ``.keras`` file given to ``load_weights``) uses the other
 names, `matching_weights` gives a copy renamed to the model's. Nothing else about
-the layout changed, so the renamed copy loads as Keras would have loaded the
-original.
+the layer weights changed, so the renamed copy loads as Keras would have loaded the
+original. The same copy carries the optimizer state rearranged for a model whose
+MADE kernels are stored in degree blocks (`keras_models._kernel_layout`).
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ class TrainingProgress(keras.callbacks.Callback):
         logs = logs or {}
         self.epochs_run += 1
         stopper = self.stopper
-        if stopper is not None and stopper.best_epoch is not None and float(stopper.best) < self.best:
+        if stopper is not None and stopper.best is not None and float(stopper.best) < self.best:
             self.best, self.best_epoch = float(stopper.best), stopper.best_epoch  # before a resume
         val = logs.get("val_loss")
         if val is not None and float(val) < self.best:
