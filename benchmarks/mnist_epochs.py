@@ -11,6 +11,7 @@ rate in the same run, and the share of it each model's dense multiply-adds reach
 
     python benchmarks/mnist_epochs.py --data-dir ../shared/data
     python benchmarks/mnist_epochs.py --data-dir ../shared/data --models maf5 --steps 50 --jit off
+    python benchmarks/mnist_epochs.py --data-dir ../shared/data --kernels both   # blocks against dense
 
 Writes benchmarks/results/mnist_epochs.json and .md.
 """
@@ -28,6 +29,7 @@ import tensorflow as tf  # noqa: E402
 from _common import RESULTS, host_cpu_times, run_info, save, steal_share, whole_executions  # noqa: E402
 
 from keras_models import data, presets, training, zoo  # noqa: E402
+from tfp_maf import MaskedDense  # noqa: E402
 
 MODELS = ("maf5", "made", "made-mog", "realnvp5")
 STEPS_PER_EPOCH = 500  # 50,000 training images, batches of 100
@@ -45,8 +47,8 @@ def matmul_gflops(seconds: float = 2.0) -> float:
     return 2 * 2048**3 * runs / (time.perf_counter() - start) / 1e9
 
 
-def epoch_time(splits, name: str, steps: int, jit: bool) -> dict:
-    model = zoo.build(name, splits.event_size, **presets.model_kwargs("mnist"))
+def epoch_time(splits, name: str, steps: int, jit: bool, blocks="auto") -> dict:
+    model = zoo.build(name, splits.event_size, **presets.model_kwargs("mnist"), kernel_blocks=blocks)
     training.compile_as_paper(model, name, jit_compile=jit)
     per_call = int(model.steps_per_execution)
     steps = whole_executions(steps, per_call)
@@ -56,10 +58,13 @@ def epoch_time(splits, name: str, steps: int, jit: bool) -> dict:
     model.fit(train, epochs=1, steps_per_epoch=steps, verbose=0)
     seconds = time.perf_counter() - start
     steal = steal_share(before, host_cpu_times())
-    # Multiply-adds per example of the dense kernels (the masks' zeros included).
-    macs = sum(int(np.prod(v.shape)) for v in model.trainable_variables if len(v.shape) == 2)
+    # Multiply-adds per example of the dense kernels (the masks' zeros included, blocks or not).
+    masked = [layer for layer in model._flatten_layers() if isinstance(layer, MaskedDense)]
+    in_blocks = {id(b) for layer in masked if layer.layout is not None for b in layer.kernel_blocks}
+    macs = sum(int(np.prod(v.shape)) for v in model.trainable_variables if len(v.shape) == 2 and id(v) not in in_blocks)
+    macs += sum(layer.mask.size for layer in masked if layer.layout is not None)
     return {
-        "model": name, "jit_compile": jit, "steps": steps, "seconds": round(seconds, 2),
+        "model": name, "jit_compile": jit, "kernel_blocks": blocks, "steps": steps, "seconds": round(seconds, 2),
         "ms_per_step": round(1e3 * seconds / steps, 1),
         "seconds_per_epoch": round(STEPS_PER_EPOCH * seconds / steps, 1),
         "parameters": int(model.count_params()),
@@ -74,17 +79,20 @@ def markdown(result: dict) -> str:
         "",
         f"Matmul rate of this machine in the same run: {result['matmul_gflops']:.0f} GFLOP/s (float32, 2048 x 2048).",
         "",
-        "| model | XLA | ms per step | s per epoch | parameters | dense GFLOP/s (share of matmul) | host steal |",
-        "|---|---|---|---|---|---|---|",
+        "| model | XLA | kernels | ms per step | s per epoch | parameters | dense GFLOP/s (share of matmul) "
+        "| host steal |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         share = row["dense_gflops"] / result["matmul_gflops"]
         steal = "-" if row["host_steal"] is None else f"{100 * row['host_steal']:.0f}%"
-        lines.append(f"| {row['model']} | {'on' if row['jit_compile'] else 'off'} | {row['ms_per_step']} | "
+        kernels = "dense" if row.get("kernel_blocks", 1) == 1 else "blocks"
+        lines.append(f"| {row['model']} | {'on' if row['jit_compile'] else 'off'} | {kernels} | {row['ms_per_step']} | "
                      f"{row['seconds_per_epoch']} | {row['parameters']:,} | {row['dense_gflops']} ({share:.0%}) | "
                      f"{steal} |")
     lines += ["", "Dense GFLOP/s counts the multiply-adds of the dense matrices (the masks' zeros included),",
-              "3 passes a step (forward, and backward for inputs and weights).", ""]
+              "3 passes a step (forward, and backward for inputs and weights). Kernels: the MADEs' storage,",
+              "dense or in degree blocks (`kernel_blocks`, the default 'auto'); Real NVP has no MADE.", ""]
     return "\n".join(lines)
 
 
@@ -95,17 +103,23 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=100, help="timed steps per model (after compiling)")
     parser.add_argument("--jit", choices=("on", "off", "both"), default="on",
                         help="compile_as_paper's XLA setting (on: its default)")
+    parser.add_argument("--kernels", choices=("blocks", "dense", "both"), default="blocks",
+                        help="the MADEs' kernel storage (blocks: kernel_blocks='auto', the default)")
     parser.add_argument("--out", default=str(RESULTS / "mnist_epochs.json"))
     args = parser.parse_args(argv)
 
     splits = data.load("mnist", args.data_dir)
     result = {**run_info("mnist_epochs.py", argv), "matmul_gflops": matmul_gflops(), "rows": []}
     for name in args.models:
+        kernels = {"blocks": ["auto"], "dense": [1], "both": ["auto", 1]}[args.kernels]
+        if name == "realnvp5":
+            kernels = kernels[:1]  # no MADE: the storage changes nothing
         for jit in {"on": [True], "off": [False], "both": [True, False]}[args.jit]:
-            row = epoch_time(splits, name, args.steps, jit)
-            result["rows"].append(row)
-            print(f"{name} (XLA {'on' if jit else 'off'}): {row['ms_per_step']} ms a step, "
-                  f"{row['seconds_per_epoch']} s an epoch", flush=True)
+            for blocks in kernels:
+                row = epoch_time(splits, name, args.steps, jit, blocks)
+                result["rows"].append(row)
+                print(f"{name} (XLA {'on' if jit else 'off'}, kernel_blocks {blocks}): {row['ms_per_step']} ms "
+                      f"a step, {row['seconds_per_epoch']} s an epoch", flush=True)
     save(args.out, result, markdown(result))
     print(markdown(result))
     return result

@@ -7,8 +7,9 @@ and so the paths. A model remembers which names its layers carry
 (``legacy_layer_names``: loaded from a 0.1 ``.keras`` file); when a weights file
 (``.weights.h5``, or a ``.keras`` file given to ``load_weights``) uses the other
 names, `matching_weights` gives a copy renamed to the model's. Nothing else about
-the layout changed, so the renamed copy loads as Keras would have loaded the
-original.
+the layer weights changed, so the renamed copy loads as Keras would have loaded the
+original. The same copy carries the optimizer state rearranged for a model whose
+MADE kernels are stored in degree blocks (`keras_models._kernel_layout`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import shutil
 import tempfile
 import zipfile
 from pathlib import Path
+
+from keras_models import _kernel_layout
 
 __all__ = ["matching_weights"]
 
@@ -53,9 +56,17 @@ def _open_weights(path: Path):
     return open(path, "rb")
 
 
+def _optimizer_arrays(f) -> list:
+    """The optimizer's saved variables, in their order."""
+    group = f.get("optimizer/vars")
+    return [] if group is None else [group[str(i)][()] for i in range(len(group))]
+
+
 @contextlib.contextmanager
-def matching_weights(filepath, legacy: bool):
-    """Yields ``filepath``, or a renamed copy if its layer names are the other version's.
+def matching_weights(filepath, legacy: bool, model=None):
+    """Yields ``filepath``, or a copy adapted to the model: layer groups renamed if
+    they carry the other version's names, and, given ``model``, optimizer state saved
+    with dense MADE kernels rearranged for its kernel blocks (`_kernel_layout`).
 
     ``legacy``: whether the model's layers carry 0.1's names. Files that are not
     ``.weights.h5`` or ``.keras`` pass through untouched (Keras reports on them).
@@ -68,7 +79,8 @@ def matching_weights(filepath, legacy: bool):
         return
     with _open_weights(path) as src, h5py.File(src, "r") as f:
         renames = _renames(list(f["layers"]) if "layers" in f else [], legacy)
-    if not renames:
+        optimizer = None if model is None else _kernel_layout.optimizer_arrays(model, _optimizer_arrays(f))
+    if not renames and optimizer is None:
         yield filepath
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,4 +90,9 @@ def matching_weights(filepath, legacy: bool):
         with h5py.File(copy, "r+") as f:
             for old, new in renames.items():
                 f["layers"].move(old, new)
+            if optimizer is not None:
+                del f["optimizer/vars"]
+                group = f.create_group("optimizer/vars")
+                for i, value in enumerate(optimizer):
+                    group[str(i)] = value
         yield copy

@@ -41,6 +41,10 @@ class TrainingProgress(keras.callbacks.Callback):
       max_minutes: the time budget, if any.
       stream: where to write (default ``sys.stderr``).
       bar: draw the within-epoch bar (default: when ``stream`` is a terminal).
+
+    Attributes:
+      stopper: the run's `keras.callbacks.EarlyStopping`, if any (`fit_as_paper` sets
+        it): its best, restored by a resumed run, counts as well as the epochs seen here.
     """
 
     def __init__(self, max_epochs: int, patience: int, max_minutes: float | None = None, stream=None,
@@ -49,6 +53,7 @@ class TrainingProgress(keras.callbacks.Callback):
         self.max_epochs, self.patience, self.max_minutes = max_epochs, patience, max_minutes
         self.stream = stream or sys.stderr
         self.bar = self.stream.isatty() if bar is None else bar
+        self.stopper = None
 
     def on_train_begin(self, logs=None):
         steps = (self.params or {}).get("steps")
@@ -83,6 +88,9 @@ class TrainingProgress(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
         self.epochs_run += 1
+        stopper = self.stopper
+        if stopper is not None and stopper.best is not None and float(stopper.best) < self.best:
+            self.best, self.best_epoch = float(stopper.best), stopper.best_epoch  # before a resume
         val = logs.get("val_loss")
         if val is not None and float(val) < self.best:
             self.best, self.best_epoch = float(val), epoch

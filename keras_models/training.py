@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from keras_models.batch_norm_statistics import BatchNormStatistics
 from keras_models.density_model import DensityModel
+from keras_models.progress import TrainingProgress
 from keras_models.zoo import LEARNING_RATES
 
 __all__ = [
@@ -261,6 +262,9 @@ def fit_as_paper(
     non_finite = StopOnNonFinite()
     budget = TimeBudget(max_minutes) if max_minutes else None
     backup = RunBackup(backup_dir, stopper) if backup_dir else None
+    for callback in callbacks:
+        if isinstance(callback, TrainingProgress):
+            callback.stopper = stopper  # a resumed run's best epoch came before this process
     # Order matters: the shuffle counter is set before the epoch's data is read;
     # the backup runs after early stopping has updated its state.
     all_callbacks = [ShuffleEpoch(shuffle_epoch)] if shuffle_epoch is not None else []

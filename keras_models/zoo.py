@@ -109,6 +109,11 @@ class _FlowModel(DensityModel):
     ``legacy_layer_names`` is set by `from_config` for models loaded from files that
     tfp-maf 0.1 saved: their layers then carry 0.1's class names, under which those
     files hold the weights (`keras_models._layer_names`). Not a knob to set by hand.
+
+    ``kernel_blocks``: the MADEs' storage (`tfp_maf.MADENetwork`): ``"auto"`` stores
+    large kernels in degree blocks, 1 all dense; the densities are the same. Models
+    loaded from files saved before blocks existed (0.2 and older) are rebuilt dense,
+    so that the optimizer state those files hold matches their variables.
     """
 
     def __init__(
@@ -124,10 +129,12 @@ class _FlowModel(DensityModel):
         log_scale_bound: float | None = None,
         hidden_degrees: str = "sequential",
         legacy_layer_names: bool = False,
+        kernel_blocks: int | str = "auto",
         **kwargs,
     ):
         super().__init__(event_size, conditional_dims, **kwargs)
         self.legacy_layer_names = bool(legacy_layer_names)
+        self.kernel_blocks = kernel_blocks
         self.hidden_units = [int(h) for h in hidden_units]
         self.num_layers = int(num_layers)
         self.num_components = int(num_components)
@@ -143,7 +150,7 @@ class _FlowModel(DensityModel):
             self.event_size, self.hidden_units, num_components=num_components,
             activation=self.activation, order=order, conditional_dims=self.conditional_dims,
             hidden_degrees=self.hidden_degrees, seed=seed, kernel_regularizer=_regularizer(self.l2),
-            dtype=self.dtype_policy, name=name,
+            kernel_blocks=self.kernel_blocks, dtype=self.dtype_policy, name=name,
         )
 
     def _batch_norm(self, i):
@@ -160,13 +167,14 @@ class _FlowModel(DensityModel):
             return cls(*args, **kwargs)
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
-        with _layer_names.matching_weights(filepath, self.legacy_layer_names) as path:
+        with _layer_names.matching_weights(filepath, self.legacy_layer_names, self) as path:
             super().load_weights(path, skip_mismatch=skip_mismatch, **kwargs)
 
     @classmethod
     def from_config(cls, config):
-        # A config without the flag comes from a file of tfp-maf 0.1.
-        return super().from_config({"legacy_layer_names": True, **config})
+        # A config without the flag comes from a file of tfp-maf 0.1; one without
+        # kernel_blocks from 0.2 or older, which stored every kernel dense.
+        return super().from_config({"legacy_layer_names": True, "kernel_blocks": 1, **config})
 
     def _bijectors(self) -> list:
         """The flow's bijectors, data side first (TFP's `Chain` order)."""
@@ -186,6 +194,7 @@ class _FlowModel(DensityModel):
             num_components=self.num_components, activation=self.activation, l2=self.l2,
             seed=self.seed, log_scale_bound=self.log_scale_bound,
             hidden_degrees=self.hidden_degrees, legacy_layer_names=self.legacy_layer_names,
+            kernel_blocks=self.kernel_blocks,
         )
         return config
 

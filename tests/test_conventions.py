@@ -317,6 +317,26 @@ def test_training_progress_shows_epochs_best_and_time_left(bar):
     assert ("[########################] 3/3" in stream.getvalue()) == bar  # the bar, on a terminal only
 
 
+def test_training_progress_shows_the_best_epoch_of_a_resumed_run():
+    """A run resumed from its backup shows the best epoch from before the resume,
+    which early stopping's restored state holds, not the best since."""
+    import io
+
+    from keras_models.progress import TrainingProgress
+
+    model = _model("made", conditional=False)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    x, _ = _data(False, n=60)
+    stream = io.StringIO()
+    progress = TrainingProgress(max_epochs=40, patience=30, stream=stream, bar=False)
+    progress.stopper = keras.callbacks.EarlyStopping(patience=30)
+    progress.stopper.best, progress.stopper.best_epoch = -1e9, 10  # as RunBackup restores it
+    model.fit(x, batch_size=20, epochs=32, initial_epoch=31, validation_data=(x,), verbose=0,
+              callbacks=[progress])
+    line = stream.getvalue().split("\n")[1]
+    assert line.startswith("epoch 32/40") and "best -1000000000.0000 (epoch 11)" in line, line
+
+
 def test_cli_choices_match_the_zoo_and_the_loaders():
     import tfp_maf_cli as cli
     from keras_models.data import LOADERS

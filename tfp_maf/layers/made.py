@@ -41,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfp_maf import _checks, masks, sampling
+from tfp_maf.layers.block_layout import BlockLayout
 
 __all__ = ["MADE", "MADENetwork", "MaskedDense", "apply_masks", "masked_gradient"]
 
@@ -117,6 +118,13 @@ class MaskedDense(keras.layers.Layer):
     as given: follow it with `apply_masks`. (TFP's own MADE makes the same
     contract, with a masked initializer and constraint.)
 
+    With ``blocks > 1`` and a MADE mask (nested supports), the kernel is stored in
+    degree blocks instead (`tfp_maf.layers.block_layout`): ``kernel_blocks``, one
+    variable per block, without the zeros right of the mask's staircase, so the
+    matmuls and the optimizer skip them. `masked_kernel` still gives the dense
+    kernel, and files hold it dense (``"0"``, then the bias), so saved weights load
+    into either storage.
+
     Args:
       units: number of outputs.
       mask: array ``[fan_in, units]`` of zeros and ones.
@@ -124,6 +132,8 @@ class MaskedDense(keras.layers.Layer):
       use_bias: whether to add a bias.
       kernel_initializer, bias_initializer, kernel_regularizer: as in
         `keras.layers.Dense`.
+      blocks: column groups of the degree-block storage; 1 stores the kernel dense.
+        A mask that is not a MADE mask is stored dense whatever the value.
     """
 
     def __init__(
@@ -135,6 +145,7 @@ class MaskedDense(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         kernel_regularizer=None,
+        blocks: int = 1,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -149,15 +160,20 @@ class MaskedDense(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        fan_in = self.mask.shape[0]
+        self.blocks = int(blocks)
+        self.layout = BlockLayout.of(self.mask, self.blocks) if self.blocks > 1 else None
         projection = _MaskConstraint(self.mask)
-        self.kernel = self.add_weight(
-            name="kernel",
-            shape=(fan_in, self.units),
-            initializer=_MaskedInitializer(self.kernel_initializer, projection),
-            regularizer=self.kernel_regularizer,
-            constraint=projection,
-        )
+        initializer = _MaskedInitializer(self.kernel_initializer, projection)
+        if self.layout is None:
+            self.kernel = self.add_weight(
+                name="kernel",
+                shape=self.mask.shape,
+                initializer=initializer,
+                regularizer=self.kernel_regularizer,
+                constraint=projection,
+            )
+        else:
+            self.kernel_blocks = self._add_blocks(initializer)
         self.bias = (
             self.add_weight(name="bias", shape=(self.units,), initializer=self.bias_initializer)
             if use_bias
@@ -165,21 +181,76 @@ class MaskedDense(keras.layers.Layer):
         )
         self.built = True
 
+    def _add_blocks(self, initializer) -> list:
+        """One variable per degree block (None for a block of no rows), drawn as
+        slices of one dense draw: the initializer sees the dense kernel's fans."""
+        initial = self.layout.split(keras.ops.convert_to_numpy(initializer(self.mask.shape, self.variable_dtype)))
+        blocks = []
+        for g, (value, mask) in enumerate(zip(initial, self.layout.block_masks, strict=True)):
+            blocks.append(None if mask.shape[0] == 0 else self.add_weight(
+                name=f"kernel_block_{g}",
+                shape=mask.shape,
+                initializer=lambda shape, dtype=None, value=value: keras.ops.cast(value, dtype),
+                regularizer=self.kernel_regularizer,
+                constraint=_MaskConstraint(mask),
+            ))
+        return blocks
+
+    def _masked_blocks(self) -> list:
+        """The blocks as tensors, gradients masked where a block holds zeros."""
+        masked = []
+        for block, mask in zip(self.kernel_blocks, self.layout.block_masks, strict=True):
+            if block is not None:
+                block = tf.convert_to_tensor(block)
+                if not mask.all():
+                    block = masked_gradient(block, tf.constant(mask, dtype=block.dtype))
+            masked.append(block)
+        return masked
+
     def masked_kernel(self) -> tf.Tensor:
-        """The kernel, which holds zeros outside the mask, with its gradient masked."""
+        """The dense kernel, which holds zeros outside the mask, with its gradient masked."""
+        if self.layout is not None:
+            return self.layout.merge(self._masked_blocks())
         kernel = tf.convert_to_tensor(self.kernel)
         return masked_gradient(kernel, tf.constant(self.mask, dtype=kernel.dtype))
 
+    def _kernel_variables(self) -> list:
+        return [self.kernel] if self.layout is None else [b for b in self.kernel_blocks if b is not None]
+
     def apply_mask(self) -> None:
         """Sets the kernel's entries outside the mask to zero (after a direct assign)."""
-        self.kernel.assign(self.kernel.constraint(self.kernel))
+        for kernel in self._kernel_variables():
+            kernel.assign(kernel.constraint(kernel))
 
     def set_weights(self, weights):
         super().set_weights(weights)
         self.apply_mask()
 
+    def save_own_variables(self, store):
+        """The kernel dense, whatever the storage: files load into either."""
+        if self.layout is None:
+            return super().save_own_variables(store)
+        store["0"] = self.layout.merge([None if b is None else b.numpy() for b in self.kernel_blocks])
+        if self.bias is not None:
+            store["1"] = self.bias.numpy()
+
     def load_own_variables(self, store):
-        super().load_own_variables(store)
+        if self.layout is None:
+            super().load_own_variables(store)
+        else:
+            expected = 2 if self.bias is not None else 1
+            kernel = np.asarray(store["0"]) if "0" in store else None
+            if len(store.keys()) != expected or kernel is None or kernel.shape != self.mask.shape:
+                raise ValueError(
+                    f"Layer '{self.name}' expected a kernel of shape {self.mask.shape}"
+                    f"{' and a bias' if self.bias is not None else ''}; the file holds "
+                    f"{[tuple(np.shape(store[k])) for k in store.keys()]}."
+                )
+            for block, value in zip(self.kernel_blocks, self.layout.split(kernel), strict=True):
+                if block is not None:
+                    block.assign(value)
+            if self.bias is not None:
+                self.bias.assign(store["1"])
         self.apply_mask()
 
     def call(self, inputs, addend=None):
@@ -187,7 +258,10 @@ class MaskedDense(keras.layers.Layer):
         MADE's ``y @ V``) is added before the bias: TF's oneDNN graph rewrite turns
         MatMul + BiasAdd + Add + Relu into a node without an op (it logs errors on
         every trace and runs the graph unoptimised), MatMul + Add + BiasAdd it leaves."""
-        outputs = tf.matmul(inputs, self.masked_kernel())
+        if self.layout is None:
+            outputs = tf.matmul(inputs, self.masked_kernel())
+        else:
+            outputs = self.layout.matmul(inputs, self._masked_blocks())
         if addend is not None:
             outputs = outputs + addend
         if self.bias is not None:
@@ -205,6 +279,7 @@ class MaskedDense(keras.layers.Layer):
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
+            blocks=self.blocks,
         )
         return config
 
@@ -237,6 +312,9 @@ class MADENetwork(keras.layers.Layer):
         Glorot-uniform for the mixture head, where equal components would get
         equal gradients and never separate.
       kernel_regularizer: applied to every kernel, e.g. ``keras.regularizers.L2(1e-6)``.
+      kernel_blocks: ``"auto"`` stores the kernels of large layers in degree blocks
+        (`MaskedDense`'s ``blocks``), where skipping the masks' zeros pays; an int
+        sets the blocks of every layer, 1 stores all dense. The values are the same.
 
     Attributes:
       sampling_tuning: how `sample_sequentially` schedules its pass
@@ -257,6 +335,7 @@ class MADENetwork(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         output_kernel_initializer=None,
         kernel_regularizer=None,
+        kernel_blocks: int | str = "auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -277,6 +356,9 @@ class MADENetwork(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.output_kernel_initializer = output_kernel_initializer
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        if kernel_blocks != "auto" and int(kernel_blocks) < 1:
+            raise ValueError(f"kernel_blocks must be 'auto' or an int >= 1, got {kernel_blocks!r}.")
+        self.kernel_blocks = kernel_blocks if kernel_blocks == "auto" else int(kernel_blocks)
 
         D = self.event_size
         self.permutation = masks.order_permutation(D, order, seed)
@@ -297,6 +379,7 @@ class MADENetwork(keras.layers.Layer):
                 activation=None,  # applied after adding the y projection
                 kernel_initializer=self.kernel_initializer,
                 kernel_regularizer=self.kernel_regularizer,
+                blocks=self._blocks(mask),
                 dtype=self.dtype_policy,
                 name=f"hidden_{i}",
             )
@@ -304,11 +387,13 @@ class MADENetwork(keras.layers.Layer):
         ]
         if output_kernel_initializer is None:
             output_kernel_initializer = "zeros" if self.num_components is None else "glorot_uniform"
+        output_mask = np.repeat(self.masks[-1], self.params_per_dim, axis=1)
         self.output_layer = MaskedDense(
             D * self.params_per_dim,
-            np.repeat(self.masks[-1], self.params_per_dim, axis=1),
+            output_mask,
             kernel_initializer=output_kernel_initializer,
             kernel_regularizer=self.kernel_regularizer,
+            blocks=self._blocks(output_mask),
             dtype=self.dtype_policy,
             name="output",
         )
@@ -328,6 +413,19 @@ class MADENetwork(keras.layers.Layer):
             ]
         self.sampling_tuning = sampling.Tuning()
         self.built = True
+
+    # "auto" blocks layers of at least this many kernel entries, in at most
+    # AUTO_BLOCKS groups of at least MIN_BLOCK_UNITS units (benchmarks/block_sizes.py).
+    AUTO_MIN_ENTRIES, AUTO_BLOCKS, MIN_BLOCK_UNITS = 2**19, 8, 128
+
+    def _blocks(self, mask) -> int:
+        """`MaskedDense`'s ``blocks`` for a layer of this mask."""
+        if self.kernel_blocks != "auto":
+            return self.kernel_blocks
+        fan_in, units = mask.shape
+        if fan_in * units < self.AUTO_MIN_ENTRIES:
+            return 1
+        return max(1, min(self.AUTO_BLOCKS, units // self.MIN_BLOCK_UNITS))
 
     def set_weights(self, weights):
         super().set_weights(weights)
@@ -451,8 +549,15 @@ class MADENetwork(keras.layers.Layer):
                 else None
             ),
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
+            kernel_blocks=self.kernel_blocks,
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        # A config without the key was saved before degree blocks: its optimizer
+        # state (if any) is per dense kernel, so it is rebuilt dense.
+        return cls(**{"kernel_blocks": 1, **config})
 
 
 @keras.saving.register_keras_serializable(package="tfp_maf")

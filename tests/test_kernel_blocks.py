@@ -1,0 +1,201 @@
+"""MADE kernels stored in degree blocks: the same network, files and training as dense.
+
+`tfp_maf.layers.block_layout` stores a MADE kernel without most of its mask's zeros
+(`MaskedDense(blocks=G)`, `MADENetwork(kernel_blocks=...)`). These tests hold it to the
+dense storage: values, gradients, sampling, saved files in both directions, Adam's state
+from a dense file, and training step by step.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_models
+from tfp_maf import MADENetwork, MaskedDense
+from tfp_maf.layers.block_layout import BlockLayout
+from tfp_maf.testing import randomize_weights
+
+D = 6
+
+
+def _made_masks(seed, hidden=(16, 12), order="random", degrees="random", repeat=2):
+    made = MADENetwork(D, list(hidden), order=order, hidden_degrees=degrees, seed=seed, kernel_blocks=1)
+    return [*made.masks[:-1], np.repeat(made.masks[-1], repeat, axis=1)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("degrees", ["sequential", "random"])
+def test_every_made_mask_has_a_layout_whose_blocks_give_the_dense_product(seed, degrees):
+    rng = np.random.default_rng(seed)
+    for mask in _made_masks(seed, degrees=degrees):
+        for blocks in (2, 3, 5):
+            layout = BlockLayout.of(mask, blocks)
+            if layout is None:  # only when one block would hold the whole kernel
+                continue
+            assert layout.stored < mask.size
+            dense = rng.normal(size=mask.shape).astype(np.float32) * mask
+            parts = layout.split(dense)
+            np.testing.assert_array_equal(layout.merge(parts), dense)
+            np.testing.assert_array_equal(layout.merge([tf.constant(p) for p in parts]).numpy(), dense)
+            # Nothing outside the blocks is lost: their entries hold every unmasked weight.
+            assert sum(int((p != 0).sum()) for p in parts) == int((dense != 0).sum())
+            x = rng.normal(size=(5, mask.shape[0])).astype(np.float32)
+            blocks_in = [None if p.shape[0] == 0 else tf.constant(p) for p in parts]
+            np.testing.assert_allclose(layout.matmul(tf.constant(x), blocks_in), x @ dense, rtol=1e-5, atol=1e-5)
+
+
+def test_a_mask_whose_supports_are_not_nested_has_no_layout():
+    assert BlockLayout.of(np.array([[1, 0], [0, 1]]), 2) is None
+    assert BlockLayout.of(np.ones((4, 6)), 3) is None  # one block would store it all
+
+
+def test_auto_blocks_the_paper_sized_mnist_made_and_not_the_small_ones():
+    big = MADENetwork(784, [1024], seed=0)
+    assert all(layer.layout is not None for layer in [*big.hidden_layers, big.output_layer])
+    assert big.output_layer.layout.stored < 0.7 * big.output_layer.mask.size
+    small = MADENetwork(43, [512, 512], seed=0)
+    assert all(layer.layout is None for layer in [*small.hidden_layers, small.output_layer])
+    with pytest.raises(ValueError, match="kernel_blocks"):
+        MADENetwork(3, [8], kernel_blocks=0)
+
+
+def _pair(num_components=None, conditional_dims=None, dtype="float32"):
+    """A dense and a blocked MADE with the same weights (through a weights file)."""
+    kwargs = dict(num_components=num_components, conditional_dims=conditional_dims, order="random",
+                  seed=3, dtype=dtype)
+    dense = MADENetwork(D, [16, 12], kernel_blocks=1, **kwargs)
+    blocked = MADENetwork(D, [16, 12], kernel_blocks=3, **kwargs)
+    assert all(layer.layout is not None for layer in [*blocked.hidden_layers, blocked.output_layer])
+    randomize_weights(dense, 1)
+    for a, b in zip([*dense.hidden_layers, dense.output_layer], [*blocked.hidden_layers, blocked.output_layer],
+                    strict=True):
+        store = {}
+        a.save_own_variables(store)
+        b.load_own_variables(store)
+    for a, b in zip(dense.conditional_kernels, blocked.conditional_kernels, strict=True):
+        b.assign(a)
+    return dense, blocked
+
+
+@pytest.mark.parametrize("num_components, conditional_dims", [(None, None), (3, 2)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_blocked_made_gives_the_dense_outputs_gradients_and_samples(num_components, conditional_dims, dtype):
+    dense, blocked = _pair(num_components, conditional_dims, dtype)
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(7, D)), dtype)
+    y = None if conditional_dims is None else tf.constant(rng.normal(size=(7, conditional_dims)), dtype)
+    tol = {"float32": 1e-5, "float64": 1e-12}[dtype]
+    for a, b in zip(dense(x, y), blocked(x, y), strict=True):
+        assert b.dtype == dtype
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+    for layer_a, layer_b in zip([*dense.hidden_layers, dense.output_layer],
+                                [*blocked.hidden_layers, blocked.output_layer], strict=True):
+        np.testing.assert_array_equal(layer_a.masked_kernel(), layer_b.masked_kernel())
+        with tf.GradientTape(persistent=True) as tape:
+            loss_a = tf.reduce_sum(tf.sin(dense(x, y)[0]))
+            loss_b = tf.reduce_sum(tf.sin(blocked(x, y)[0]))
+        grad = tape.gradient(loss_a, layer_a.kernel).numpy()
+        np.testing.assert_array_equal(grad * (1 - layer_a.mask), 0)
+        kept = [b for b in layer_b.kernel_blocks if b is not None]
+        got = tape.gradient(loss_b, kept)
+        want = [w for w, b in zip(layer_b.layout.split(grad), layer_b.kernel_blocks, strict=True) if b is not None]
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+    emit = lambda params, t, noise: (params[0] + tf.exp(params[1]) * noise[t], params[1])  # noqa: E731
+    noise = tf.constant(rng.normal(size=(4, D)), dtype)
+    y4 = None if y is None else y[:4]
+    if num_components is None:
+        np.testing.assert_allclose(dense.sample_sequentially(emit, noise, y4)[0],
+                                   blocked.sample_sequentially(emit, noise, y4)[0], rtol=tol, atol=tol)
+
+
+def _model(blocks, **kwargs):
+    return keras_models.MAF(D, hidden_units=[16, 12], num_layers=2, seed=5, kernel_blocks=blocks, **kwargs)
+
+
+def _data():
+    rng = np.random.default_rng(1)
+    return rng.normal(size=(64, D)).astype(np.float32)
+
+
+@pytest.mark.parametrize("suffix", [".weights.h5", ".keras"])
+def test_weights_files_load_across_the_two_storages_with_the_same_densities(suffix, tmp_path):
+    x = _data()
+    dense, blocked = _model(1), _model(3)
+    for model in (dense, blocked):
+        model.log_prob(x[:2])
+        randomize_weights(model, 2, 0.2)
+    for source, target in ((dense, blocked), (blocked, dense)):
+        path = tmp_path / f"source{suffix}"
+        source.save_weights(path) if suffix == ".weights.h5" else source.save(path)
+        target.load_weights(path)
+        np.testing.assert_allclose(target.log_prob(x), source.log_prob(x), rtol=1e-5)
+    # A blocked model's .keras file rebuilds it blocked, with the same densities.
+    blocked.save(tmp_path / "blocked.keras")
+    again = keras.saving.load_model(tmp_path / "blocked.keras")
+    assert again.kernel_blocks == 3
+    np.testing.assert_allclose(again.log_prob(x), blocked.log_prob(x), rtol=1e-6)
+
+
+def test_a_config_from_before_blocks_builds_dense_kernels():
+    config = _model("auto").get_config()
+    del config["kernel_blocks"]
+    assert keras_models.MAF.from_config(config).kernel_blocks == 1
+    layer_config = MADENetwork(D, [8], kernel_blocks=2).get_config()
+    del layer_config["kernel_blocks"]
+    assert MADENetwork.from_config(layer_config).kernel_blocks == 1
+
+
+def _dense_layers(model):
+    return [layer for layer in model._flatten_layers() if isinstance(layer, MaskedDense)]
+
+
+def _fit(model, x, steps):
+    model.fit(x, epochs=1, batch_size=16, steps_per_epoch=steps, shuffle=False, verbose=0)
+
+
+def test_training_steps_are_the_dense_steps_and_adam_resumes_from_a_dense_file(tmp_path):
+    """A run saved with dense kernels resumes in a blocked model with Adam's state, and
+    both storages take the same steps from there."""
+    x = _data()
+    dense = _model(1)
+    dense.compile(optimizer=keras.optimizers.Adam(1e-2))
+    _fit(dense, x, 2)
+    dense.save_weights(tmp_path / "run.weights.h5")
+    blocked = _model(3)
+    blocked.compile(optimizer=keras.optimizers.Adam(1e-2))
+    blocked.optimizer.build(blocked.trainable_variables)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # Keras' "Skipping variable loading for optimizer"
+        blocked.load_weights(tmp_path / "run.weights.h5")
+    assert int(blocked.optimizer.iterations.numpy()) == 2
+    np.testing.assert_allclose(blocked.log_prob(x), dense.log_prob(x), rtol=1e-5)
+    # Adam's moments are the dense ones, block by block.
+    for slots in ("_momentums", "_velocities"):
+        by_variable = dict(zip(map(id, blocked.trainable_variables), getattr(blocked.optimizer, slots), strict=True))
+        dense_slots = dict(zip(map(id, dense.trainable_variables), getattr(dense.optimizer, slots), strict=True))
+        for a, b in zip(_dense_layers(dense), _dense_layers(blocked), strict=True):
+            moments = b.layout.merge([None if k is None else by_variable[id(k)].numpy() for k in b.kernel_blocks])
+            np.testing.assert_array_equal(moments, dense_slots[id(a.kernel)].numpy())
+    # From there both take the same steps (up to the order of float sums, which Adam's
+    # normalised first steps amplify).
+    for model in (dense, blocked):
+        _fit(model, x, 3)
+    np.testing.assert_allclose(blocked.log_prob(x), dense.log_prob(x), rtol=3e-3)
+    for layer in _dense_layers(blocked):
+        np.testing.assert_array_equal(layer.masked_kernel().numpy() * (1 - layer.mask), 0)
+
+
+def test_the_made_mog_and_conditional_models_train_blocked():
+    x = _data()
+    y = np.eye(2, dtype=np.float32)[np.arange(64) % 2]
+    for model in (keras_models.MADEMoG(D, hidden_units=[16], num_components=2, kernel_blocks=3),
+                  _model(3, conditional_dims=2)):
+        model.compile(optimizer=keras.optimizers.Adam(1e-3))
+        history = model.fit(x, y if model.conditional_dims else None, epochs=2, batch_size=16, verbose=0)
+        assert np.all(np.isfinite(history.history["loss"]))

@@ -1,0 +1,135 @@
+"""Degree blocks: a MADE kernel stored without most of its mask's zeros.
+
+A MADE mask connects input ``i`` to unit ``j`` when ``d_j >= d_i`` (``>`` for the
+output layer), so the set of inputs each unit sees is a prefix of the inputs sorted
+by degree, and these prefixes are nested. With the rows sorted by degree and the
+columns by prefix length, the mask is a staircase:
+
+    sorted mask[r, c] = r < k_c,     k_c non-decreasing in c
+
+Cutting the sorted columns into ``G`` groups of about equal width, group ``g`` needs
+only the first ``K_g = max_{c in g} k_c`` rows: its block is ``[K_g, n_g]``, and
+
+    x @ W = concat_g(x_sorted[:, :K_g] @ W_g)[:, inverse column order]
+
+skips every multiply-add (and every optimizer entry) of the zeros to the right of
+the staircase, all but the zeros inside each block. For the paper's MNIST MADE MoG
+(1,024 units, 784 x 30 outputs) 8 blocks store 64% of the dense kernel.
+
+`BlockLayout.of(mask, blocks)` finds the orders (or returns None when the mask's
+supports are not nested); `split` and `merge` convert between the dense kernel and
+the blocks, in NumPy or TensorFlow.
+
+Example:
+
+>>> import numpy as np
+>>> mask = np.array([[1, 1, 1], [0, 1, 1], [0, 0, 1]], np.float32)[:, ::-1]
+>>> layout = BlockLayout.of(mask, blocks=3)
+>>> [m.shape for m in layout.block_masks]
+[(1, 1), (2, 1), (3, 1)]
+>>> w = np.arange(9.0).reshape(3, 3) * mask
+>>> np.array_equal(layout.merge(layout.split(w)), w)
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["BlockLayout"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BlockLayout:
+    """Row and column orders and column groups that store a nested mask in blocks.
+
+    Attributes:
+      rows: input order, degree ascending (the inputs every unit sees first).
+      cols: unit order, number of inputs seen ascending.
+      edges: ``G + 1`` positions in the sorted columns that bound the groups.
+      depths: ``K_g``, the rows group ``g`` needs.
+      block_masks: the mask inside each block, ``[K_g, n_g]``.
+    """
+
+    rows: np.ndarray
+    cols: np.ndarray
+    edges: np.ndarray
+    depths: tuple
+    block_masks: tuple
+
+    @classmethod
+    def of(cls, mask, blocks: int) -> BlockLayout | None:
+        """The layout of ``mask`` in ``blocks`` column groups, or None if its supports
+        are not nested (not a MADE mask) or a single block would store it all."""
+        mask = np.asarray(mask) != 0
+        fan_in, units = mask.shape
+        # Rows seen by the most units first; then each unit's support is a prefix
+        # exactly when the supports are nested.
+        rows = np.argsort(-mask.sum(1), kind="stable")
+        cols = np.argsort(mask.sum(0), kind="stable")
+        sorted_mask = mask[rows][:, cols]
+        seen = sorted_mask.sum(0)
+        if not np.array_equal(sorted_mask, np.arange(fan_in)[:, None] < seen[None, :]):
+            return None
+        edges = np.linspace(0, units, min(int(blocks), units) + 1).round().astype(int)
+        depths = tuple(int(seen[hi - 1]) for hi in edges[1:])
+        if len(depths) < 2 or depths[0] == fan_in:
+            return None
+        block_masks = tuple(
+            sorted_mask[:k, lo:hi].astype(np.float32) for k, lo, hi in zip(depths, edges[:-1], edges[1:], strict=True)
+        )
+        return cls(rows, cols, edges, depths, block_masks)
+
+    @property
+    def shapes(self) -> list:
+        """``[K_g, n_g]`` of each block."""
+        return [m.shape for m in self.block_masks]
+
+    @property
+    def stored(self) -> int:
+        """Entries the blocks hold (against ``fan_in * units`` dense)."""
+        return sum(int(np.prod(s)) for s in self.shapes)
+
+    def split(self, dense):
+        """The blocks of a dense ``[fan_in, units]`` kernel (NumPy in, NumPy out)."""
+        dense = np.asarray(dense)[self.rows][:, self.cols]
+        return [dense[:k, lo:hi] for k, lo, hi in zip(self.depths, self.edges[:-1], self.edges[1:], strict=True)]
+
+    def merge(self, blocks):
+        """The dense ``[fan_in, units]`` kernel from its blocks, zeros elsewhere (TF or NumPy).
+
+        A block of no rows may be None."""
+        fan_in = len(self.rows)
+        if all(isinstance(b, np.ndarray | None) for b in blocks):
+            blocks = [np.zeros(s, np.float32) if b is None else b for b, s in zip(blocks, self.shapes, strict=True)]
+            dense = np.zeros((fan_in, int(self.edges[-1])), blocks[0].dtype)
+            for b, lo, hi in zip(blocks, self.edges[:-1], self.edges[1:], strict=True):
+                dense[: b.shape[0], lo:hi] = b
+            out = np.empty_like(dense)
+            out[np.ix_(self.rows, self.cols)] = dense
+            return out
+        dtype = next(b.dtype for b in blocks if b is not None)
+        padded = tf.concat([tf.zeros([fan_in, s[1]], dtype) if b is None else tf.pad(b, [[0, fan_in - s[0]], [0, 0]])
+                            for b, s in zip(blocks, self.shapes, strict=True)], axis=1)
+        padded = tf.gather(padded, np.argsort(self.rows), axis=0)
+        return tf.gather(padded, np.argsort(self.cols), axis=1)
+
+    def matmul(self, inputs, blocks):
+        """``inputs @ dense`` from the blocks: one matmul per block on a prefix of the
+        sorted inputs, the outputs put back in the units' own order. A block of no
+        rows (units that see no input: the first variable's outputs) may be None."""
+        inputs = tf.gather(inputs, self.rows[: max(self.depths)], axis=-1)
+        outputs = []
+        for k, block in zip(self.depths, blocks, strict=True):
+            if k == 0:
+                width = self.shapes[len(outputs)][1]
+                outputs.append(tf.zeros(tf.concat([tf.shape(inputs)[:-1], [width]], 0), inputs.dtype))
+            else:
+                outputs.append(tf.matmul(inputs[..., :k], block))
+        outputs = tf.concat(outputs, axis=-1)
+        if np.array_equal(self.cols, np.arange(len(self.cols))):
+            return outputs
+        return tf.gather(outputs, np.argsort(self.cols), axis=-1)
