@@ -20,7 +20,7 @@ import numpy as np
 
 from tfp_maf.layers.made import MaskedDense
 
-__all__ = ["optimizer_arrays"]
+__all__ = ["optimizer_arrays", "weights_list"]
 
 
 def _blocked_layers(model) -> dict:
@@ -75,4 +75,25 @@ def optimizer_arrays(model, arrays: list) -> list | None:
         value = saved[f"dense_{dense_index[j]}_{match[2]}"]
         layer, g = blocked.get(id(model.trainable_variables[j]), (None, None))
         out.append(value if layer is None else layer.layout.split(value)[g])
+    return out
+
+
+def weights_list(model, arrays: list) -> list:
+    """A `get_weights` list saved with dense kernels (a run's best epoch from before
+    blocks) in the model's layout: each dense kernel split into the blocks. A list that
+    already fits is returned as is."""
+    weights = model.weights
+    if len(arrays) == len(weights) and all(tuple(np.shape(a)) == tuple(v.shape) for a, v in
+                                           zip(arrays, weights, strict=True)):
+        return list(arrays)
+    blocked = _blocked_layers(model)
+    out, source, split = [], iter(arrays), {}
+    for v in weights:
+        layer, g = blocked.get(id(v), (None, None))
+        if layer is None:
+            out.append(next(source))
+            continue
+        if id(layer) not in split:  # the layer's first block: its dense kernel comes next
+            split[id(layer)] = layer.layout.split(next(source))
+        out.append(split[id(layer)][g])
     return out

@@ -18,6 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_models import _kernel_layout
 from keras_models.batch_norm_statistics import BatchNormStatistics
 from keras_models.density_model import DensityModel
 from keras_models.progress import TrainingProgress
@@ -155,7 +156,9 @@ class RunBackup(keras.callbacks.Callback):
             self.stopper.best_epoch = saved["best_epoch"]
             if saved.get("best_weights"):
                 with np.load(self.directory / saved["best_weights"]) as f:
-                    self.stopper.best_weights = [f[f"arr_{i}"] for i in range(len(f.files))]
+                    best = [f[f"arr_{i}"] for i in range(len(f.files))]
+                # Saved before the MADEs' kernels were stored in blocks, it holds them dense.
+                self.stopper.best_weights = _kernel_layout.weights_list(self.model, best)
         self.resumed_from = state["epoch"]
 
     def on_epoch_end(self, epoch, logs=None):

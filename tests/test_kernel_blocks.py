@@ -199,3 +199,19 @@ def test_the_made_mog_and_conditional_models_train_blocked():
         model.compile(optimizer=keras.optimizers.Adam(1e-3))
         history = model.fit(x, y if model.conditional_dims else None, epochs=2, batch_size=16, verbose=0)
         assert np.all(np.isfinite(history.history["loss"]))
+
+
+def test_a_weights_list_saved_with_dense_kernels_sets_a_blocked_model():
+    """Early stopping's best weights, kept by a run's backup as a `get_weights` list,
+    may come from before the resume into blocks."""
+    from keras_models import _kernel_layout
+
+    x = _data()
+    dense, blocked = _model(1), _model(3)
+    for model in (dense, blocked):
+        model.log_prob(x[:2])
+    randomize_weights(dense, 4, 0.2)
+    blocked.set_weights(_kernel_layout.weights_list(blocked, dense.get_weights()))
+    np.testing.assert_allclose(blocked.log_prob(x), dense.log_prob(x), rtol=1e-5)
+    same = blocked.get_weights()
+    assert all(a is b for a, b in zip(_kernel_layout.weights_list(blocked, same), same, strict=True))
