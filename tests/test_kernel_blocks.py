@@ -49,6 +49,18 @@ def test_every_made_mask_has_a_layout_whose_blocks_give_the_dense_product(seed, 
             np.testing.assert_allclose(layout.matmul(tf.constant(x), blocks_in), x @ dense, rtol=1e-5, atol=1e-5)
 
 
+def test_a_block_of_units_that_see_no_input_is_none_and_merges_as_zeros():
+    mask = np.arange(3)[:, None] < np.array([0, 0, 2, 3])[None, :]  # units 0 and 1 see nothing
+    layout = BlockLayout.of(mask, 2)
+    assert layout.depths == (0, 3)
+    block = np.arange(6.0).reshape(3, 2) * layout.block_masks[1]  # float64
+    dense = layout.merge([None, block])
+    assert dense.dtype == np.float64 and not dense[:, :2].any()
+    np.testing.assert_array_equal(layout.merge([None, tf.constant(block)]).numpy(), dense)
+    np.testing.assert_array_equal(layout.matmul(tf.ones([1, 3], tf.float64), [None, tf.constant(block)]),
+                                  np.ones([1, 3]) @ dense)
+
+
 def test_a_mask_whose_supports_are_not_nested_has_no_layout():
     assert BlockLayout.of(np.array([[1, 0], [0, 1]]), 2) is None
     assert BlockLayout.of(np.ones((4, 6)), 3) is None  # one block would store it all
@@ -90,6 +102,9 @@ def test_blocked_made_gives_the_dense_outputs_gradients_and_samples(num_componen
     x = tf.constant(rng.normal(size=(7, D)), dtype)
     y = None if conditional_dims is None else tf.constant(rng.normal(size=(7, conditional_dims)), dtype)
     tol = {"float32": 1e-5, "float64": 1e-12}[dtype]
+    store = {}
+    blocked.output_layer.save_own_variables(store)
+    assert store["0"].dtype == dtype
     for a, b in zip(dense(x, y), blocked(x, y), strict=True):
         assert b.dtype == dtype
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol)

@@ -103,15 +103,15 @@ class BlockLayout:
 
         A block of no rows may be None."""
         fan_in = len(self.rows)
+        dtype = next(b.dtype for b in blocks if b is not None)
         if all(isinstance(b, np.ndarray | None) for b in blocks):
-            blocks = [np.zeros(s, np.float32) if b is None else b for b, s in zip(blocks, self.shapes, strict=True)]
-            dense = np.zeros((fan_in, int(self.edges[-1])), blocks[0].dtype)
+            dense = np.zeros((fan_in, int(self.edges[-1])), dtype)
             for b, lo, hi in zip(blocks, self.edges[:-1], self.edges[1:], strict=True):
-                dense[: b.shape[0], lo:hi] = b
+                if b is not None:
+                    dense[: b.shape[0], lo:hi] = b
             out = np.empty_like(dense)
             out[np.ix_(self.rows, self.cols)] = dense
             return out
-        dtype = next(b.dtype for b in blocks if b is not None)
         padded = tf.concat([tf.zeros([fan_in, s[1]], dtype) if b is None else tf.pad(b, [[0, fan_in - s[0]], [0, 0]])
                             for b, s in zip(blocks, self.shapes, strict=True)], axis=1)
         padded = tf.gather(padded, np.argsort(self.rows), axis=0)
