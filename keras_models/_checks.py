@@ -108,6 +108,17 @@ def check_whole_executions(model, method, args, kwargs, names) -> None:
             )
 
 
+def dataset_shuffle(method, args, kwargs) -> dict:
+    """``kwargs`` with ``shuffle=False`` when ``x`` is a `tf.data.Dataset` and no
+    ``shuffle`` was given: a Dataset is shuffled by its own pipeline, and Keras'
+    default ``shuffle=True`` changes nothing there but a ``UserWarning`` on every
+    ``fit`` call (Keras 3.15). A ``shuffle`` the caller gave is passed on as given."""
+    given = inspect.signature(method).bind_partial(*args, **kwargs).arguments
+    if "shuffle" in given or not isinstance(given.get("x"), tf.data.Dataset):
+        return kwargs
+    return {**kwargs, "shuffle": False}
+
+
 def check_policy(policy, owner: str) -> None:
     """Refuses dtype policies other than float32 and float64, saying why.
 

@@ -136,7 +136,7 @@ class DensityModel(keras.Model):
 
     def fit(self, *args, **kwargs):
         _checks.check_whole_executions(self, super().fit, args, kwargs, ("steps_per_epoch", "validation_steps"))
-        return super().fit(*args, **kwargs)
+        return super().fit(*args, **_checks.dataset_shuffle(super().fit, args, kwargs))
 
     def evaluate(self, *args, **kwargs):
         _checks.check_whole_executions(self, super().evaluate, args, kwargs, ("steps",))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import keras
 import numpy as np
@@ -57,6 +58,21 @@ def test_fit_lowers_the_loss_and_trains_every_weight(name, conditional):
         assert not np.array_equal(v.numpy(), b), f"{name}: {v.path} did not train"
     # The reported loss is the mean NLL of the model, not a constant.
     assert abs(model.evaluate(_ds(x, y), verbose=0) + np.mean(model.log_prob(x, y))) < 1e-3
+
+
+def test_fit_on_a_dataset_says_nothing_about_shuffle():
+    """Keras' default shuffle=True warns on every fit over a Dataset, which shuffles
+    itself; an explicit shuffle is the caller's and passes through."""
+    x, _ = _data(False, n=200)
+    model = _small("made", False)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(_ds(x, None), epochs=1, verbose=0)
+        model.fit(x, epochs=1, batch_size=100, verbose=0)  # arrays: Keras shuffles them, as ever
+    assert not [w for w in caught if "shuffle" in str(w.message)]
+    with pytest.warns(UserWarning, match="shuffle"):
+        model.fit(_ds(x, None), epochs=1, verbose=0, shuffle=True)
 
 
 def test_every_weight_is_tracked():
