@@ -1,0 +1,123 @@
+"""Training time against the MADEs' kernel blocks: what ``kernel_blocks="auto"`` rests on.
+
+`tfp_maf.MaskedDense` can store a MADE kernel in ``G`` degree blocks
+(`tfp_maf.layers.block_layout`): fewer multiply-adds and optimizer entries, but ``G``
+smaller matmuls and a gather of the inputs and outputs. Whether that pays depends on the
+layer's size. This script trains MAF (5) on N(0, I) data with every MADE layer in
+``G = 1`` (dense), 2, 4, 8 and 16 blocks, on the path users take (`compile_as_paper`,
+then `model.fit` from the library's shuffled pipeline), the settings interleaved round by
+round so that a neighbour's load falls on all of them alike; figures are medians of the
+rounds, in ms per step.
+
+  - MNIST sizes: D 784, 1 x 1,024 units (the paper's), batch 100;
+  - config A of `speed.py`: D 43, 2 x 512 units, batch 100 and 1,000.
+
+"auto" (`MADENetwork`) blocks a layer of at least 2^19 kernel entries in at most 8
+blocks of at least 128 units: the MNIST layers in 8, config A's (512 x 512, 2^18) dense.
+
+    python benchmarks/block_sizes.py
+    python benchmarks/block_sizes.py --rounds 3 --blocks 1 8   # a smoke run
+
+Writes benchmarks/results/block_sizes.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+from _common import RESULTS, host_cpu_times, run_info, save, steal_share, whole_executions  # noqa: E402
+
+import keras_models as km  # noqa: E402
+from keras_models import data, training  # noqa: E402
+
+#: (name, D, hidden units, batch, steps a timed `fit` call): about a second of training each.
+CASES = (("mnist", 784, [1024], 100, 50), ("A", 43, [512, 512], 100, 200), ("A", 43, [512, 512], 1000, 20))
+
+
+def _stored_share(model) -> float:
+    """The kernels' stored entries against the dense ones."""
+    stored = dense = 0
+    for made in model.mades:
+        for layer in [*made.hidden_layers, made.output_layer]:
+            dense += layer.mask.size
+            stored += layer.mask.size if layer.layout is None else layer.layout.stored
+    return stored / dense
+
+
+def case_times(D, hidden, batch, steps, blocks, rounds) -> dict:
+    x = np.random.default_rng(0).standard_normal((batch * steps, D)).astype(np.float32)
+    ds = data.array_dataset(x, batch_size=batch, shuffle=True, seed=0).repeat()
+    models = {}
+    for g in blocks:
+        model = km.MAF(D, hidden_units=hidden, num_layers=5, seed=0, kernel_blocks=g)
+        training.compile_as_paper(model, "maf5")
+        steps = whole_executions(steps, int(model.steps_per_execution))
+        model.fit(ds, steps_per_epoch=int(model.steps_per_execution), epochs=1, verbose=0)  # compile
+        models[g] = model
+    times, steals = {g: [] for g in blocks}, {g: [] for g in blocks}
+    for _ in range(rounds):
+        for g, model in models.items():
+            before, start = host_cpu_times(), time.perf_counter()
+            model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0)
+            times[g].append(time.perf_counter() - start)
+            steals[g].append(steal_share(before, host_cpu_times()))
+    return {
+        str(g): {
+            "ms_per_step": 1000 * float(np.median(times[g])) / steps,
+            "min_ms_per_step": 1000 * min(times[g]) / steps,
+            "stored_share": _stored_share(models[g]),
+            "host_steal": float(np.median([s or 0.0 for s in steals[g]])),
+        }
+        for g in blocks
+    }
+
+
+def markdown(result) -> str:
+    lines = [
+        "## MAF (5) training time against the MADEs' kernel blocks (`benchmarks/block_sizes.py`)",
+        "",
+        f"Command: `{result['command']}` ({result['machine']}); `fit` after `compile_as_paper`, "
+        f"medians of {result['rounds']} interleaved rounds.",
+        "",
+        "| case | blocks | ms per step (min) | against dense | kernel entries stored | host steal |",
+        "|---|---|---|---|---|---|",
+    ]
+    for case in result["cases"]:
+        dense = case["times"]["1"]["ms_per_step"]
+        for g, t in case["times"].items():
+            lines.append(
+                f"| {case['name']}, batch {case['batch']} | {g} | {t['ms_per_step']:.1f} ({t['min_ms_per_step']:.1f}) "
+                f"| {dense / t['ms_per_step']:.2f}x | {100 * t['stored_share']:.0f}% | {100 * t['host_steal']:.0f}% |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--blocks", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default=str(RESULTS / "block_sizes.json"))
+    args = parser.parse_args(argv)
+    blocks = sorted(set(args.blocks) | {1})  # dense is the reference
+    cases = []
+    for name, D, hidden, batch, steps in CASES:
+        times = case_times(D, hidden, batch, steps, blocks, args.rounds)
+        cases.append({"name": name, "D": D, "hidden": hidden, "batch": batch, "times": times})
+        print(f"{name} b{batch}: " + ", ".join(f"{g} blocks {t['ms_per_step']:.1f} ms" for g, t in times.items()),
+              flush=True)
+    result = {**run_info("block_sizes.py", argv), "rounds": args.rounds, "cases": cases}
+    text = markdown(result)
+    print(text)
+    save(args.out, result, text)
+    return result
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
