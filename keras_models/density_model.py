@@ -10,7 +10,11 @@ from keras_models import _checks
 from keras_models._checks import unpack
 from keras_models.batch_norm_statistics import set_batch_norm_statistics
 from tfp_maf import apply_masks
-from tfp_maf._graph_memory import custom_gradients_released, traced_on_purpose
+from tfp_maf._graph_memory import (
+    custom_gradients_released,
+    mark_traced_on_purpose,
+    traced_on_purpose,
+)
 from tfp_maf.sampling import without_gradients
 
 tfd = tfp.distributions
@@ -145,6 +149,23 @@ class DensityModel(keras.Model):
     def predict(self, *args, **kwargs):
         _checks.check_whole_executions(self, super().predict, args, kwargs, ("steps",))
         return super().predict(*args, **kwargs)
+
+    # Keras makes these per model from the same code; TF would count every model's
+    # trace as a retrace of one function and warn from the fifth (`mark_traced_on_purpose`).
+    def make_train_function(self, force=False):
+        super().make_train_function(force)
+        mark_traced_on_purpose(self.train_function)
+        return self.train_function
+
+    def make_test_function(self, force=False):
+        super().make_test_function(force)
+        mark_traced_on_purpose(self.test_function)
+        return self.test_function
+
+    def make_predict_function(self, force=False):
+        super().make_predict_function(force)
+        mark_traced_on_purpose(self.predict_function)
+        return self.predict_function
 
     @property
     def metrics(self):

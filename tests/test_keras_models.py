@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import warnings
 
@@ -73,6 +74,26 @@ def test_fit_on_a_dataset_says_nothing_about_shuffle():
     assert not [w for w in caught if "shuffle" in str(w.message)]
     with pytest.warns(UserWarning, match="shuffle"):
         model.fit(_ds(x, None), epochs=1, verbose=0, shuffle=True)
+
+
+def test_training_many_models_says_nothing_about_retracing():
+    """Keras makes fit's, evaluate's and predict's functions anew per model from the same
+    code; TF counted them as one function's retraces and warned from the fifth model."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    tf.get_logger().addHandler(handler)
+    try:
+        x, _ = _data(False, n=100)
+        for _ in range(6):
+            model = km.MADE(2, hidden_units=[4])
+            model.compile(optimizer=keras.optimizers.Adam(1e-3))
+            model.fit(_ds(x, None, batch=50), epochs=1, verbose=0)
+            model.evaluate(_ds(x, None, batch=50), verbose=0)
+            model.predict(_ds(x, None, batch=50), verbose=0)
+    finally:
+        tf.get_logger().removeHandler(handler)
+    assert not [r for r in records if "retracing" in r.getMessage()]
 
 
 def test_every_weight_is_tracked():

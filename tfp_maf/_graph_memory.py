@@ -17,7 +17,7 @@ import contextlib
 import tensorflow as tf
 from tensorflow.python.framework import ops
 
-__all__ = ["custom_gradients_released", "traced_on_purpose"]
+__all__ = ["custom_gradients_released", "mark_traced_on_purpose", "traced_on_purpose"]
 
 _PREFIX = "CustomGradient-"  # the names tf.custom_gradient registers under
 
@@ -50,3 +50,34 @@ def traced_on_purpose(fn, **kwargs):
     function = tf.function(fn, **kwargs)
     function._omit_frequent_tracing_warning = True
     return function
+
+
+def mark_traced_on_purpose(fn, depth: int = 4) -> None:
+    """Marks the `tf.function`s that ``fn`` closes over (``depth`` closures down) as
+    `traced_on_purpose`.
+
+    For the functions Keras makes for `fit`, `evaluate` and `predict`: Keras makes them
+    anew for every model, from the same Python code, and TF counts their traces as one
+    function's, so the fifth model a notebook trains (or a fifth input structure)
+    prints TF's "triggered tf.function retracing" warning, though every trace is one a
+    new model needs. Where Keras' layout differs, nothing is marked and the warning
+    comes back; nothing else changes.
+    """
+    seen = set()
+
+    def walk(f, level):
+        if id(f) in seen or level > depth:
+            return
+        seen.add(id(f))
+        if isinstance(f, tf.types.experimental.PolymorphicFunction) and hasattr(f, "_python_function"):
+            f._omit_frequent_tracing_warning = True
+            f = f._python_function
+        for cell in getattr(f, "__closure__", None) or ():
+            try:
+                inner = cell.cell_contents
+            except ValueError:  # a cell not yet filled
+                continue
+            if callable(inner) and not isinstance(inner, type):
+                walk(inner, level + 1)
+
+    walk(fn, 0)
