@@ -83,7 +83,9 @@ class DensityModel(keras.Model):
         cache = self.__dict__.setdefault("_traced_calls", {})  # not a Keras-tracked attribute
         key = (name, None if y is None else y.shape.rank)
         if key not in cache:
-            cache[key] = traced_on_purpose(fn, reduce_retracing=True)
+            # Not converted by AutoGraph: nothing in it branches on tensors, and AutoGraph
+            # could not parse the source of log_prob's lambda (it warned, in `reproduce`).
+            cache[key] = traced_on_purpose(tf.autograph.experimental.do_not_convert(fn), reduce_retracing=True)
         return cache[key]
 
     def call(self, inputs, training=False):
