@@ -72,11 +72,16 @@ def check_count(n, owner: str):
 
 
 def check_sample_y(model, n, y):
-    """``y`` for ``sample(n, y)``: one row ``[K]``, or ``[n, K]``."""
+    """``y`` for ``sample(n, y)``: one row ``[K]`` or ``[1, K]``, or ``[n, K]``.
+
+    A single row given as ``[1, K]`` (``y[:1]``, a batch of one) broadcasts to the n
+    samples as NumPy would, and comes back as ``[K]``."""
     y = check_y(model, y)
     K = model.conditional_dims
     if y is not None and y.shape.rank == 2:
         rows = y.shape[0]
+        if rows == 1 and not (isinstance(n, int) and n == 1):
+            return y[0]
         if rows is not None and isinstance(n, int) and rows != n:
             raise ValueError(f"{model.name}: sample(n={n}) needs y of shape [{K}] or [{n}, {K}], "
                              f"got shape {y.shape.as_list()}.")

@@ -178,6 +178,10 @@ def test_sample_edge_inputs(name, conditional):
         with pytest.raises(ValueError, match=r"sample\(n=3\) needs y of shape \[2\] or \[3, 2\]"):
             model.sample(3, y=np.ones((2, K), np.float32))
         assert model.sample(3, y=np.eye(K, dtype=np.float32)[[0, 1, 1]]).shape == [3, D]
+        # One row as a batch of one (y[:1]) broadcasts, as in NumPy: the same samples as [K].
+        one_row = np.eye(K, dtype=np.float32)[:1]
+        np.testing.assert_array_equal(model.sample(3, y=one_row, seed=4), model.sample(3, y=one_row[0], seed=4))
+        assert model.sample(np.int64(1), y=one_row).shape == [1, D]
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16", "bfloat16"])
