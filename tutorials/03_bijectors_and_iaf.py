@@ -1,7 +1,7 @@
 """Using the tfp_maf bijectors directly in TFP code: a MAF as a `tfd.TransformedDistribution`,
 and an IAF as `tfb.Invert` of a MAF, trained by variational inference.
 
-Run it (about a minute on 2 CPU cores; ``--fast`` is what the tests execute):
+Run it (about 15 seconds on 2 CPU cores; ``--fast`` is what the tests execute):
 
     python tutorials/03_bijectors_and_iaf.py [--fast]
 
