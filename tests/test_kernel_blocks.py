@@ -17,7 +17,7 @@ import tensorflow as tf
 
 import keras_models
 from tfp_maf import MADENetwork, MaskedDense
-from tfp_maf.layers.block_layout import BlockLayout
+from tfp_maf.layers.block_layout import BlockLayout, reorder
 from tfp_maf.testing import randomize_weights
 
 D = 6
@@ -61,6 +61,41 @@ def test_a_block_of_units_that_see_no_input_is_none_and_merges_as_zeros():
                                   np.ones([1, 3]) @ dense)
 
 
+@pytest.mark.parametrize("have, want", [
+    (None, None), (None, [0, 1, 2, 3, 4, 5]), ([5, 4, 3, 2, 1, 0], None), ([4, 5, 2, 3, 0, 1], None),
+    (None, [2, 0, 5, 1, 4, 3]), ([2, 0, 5, 1, 4, 3], [5, 4, 3, 2, 1, 0]),
+])
+def test_reorder_puts_units_in_the_order_asked_with_the_gathers_gradient(have, want):
+    rng = np.random.default_rng(0)
+    units = rng.normal(size=(3, 6))  # column u holds unit u
+    x = tf.constant(units if have is None else units[:, have])
+    expected = units if want is None else units[:, want]
+    weights = tf.constant(rng.normal(size=(3, 6)))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        got = reorder(x, have, want)
+        position = np.argsort(np.arange(6) if have is None else have)
+        gathered = tf.gather(x, position[np.arange(6) if want is None else want], axis=-1)
+        loss, reference = tf.reduce_sum(got * weights), tf.reduce_sum(gathered * weights)
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(tape.gradient(loss, x), tf.convert_to_tensor(tape.gradient(reference, x)))
+
+
+@pytest.mark.parametrize("order", ["left-to-right", "right-to-left"])
+def test_a_blocked_made_passes_its_hidden_units_on_without_a_gather(order):
+    # Gathering the units at every blocked layer made MAF (5) of 2 x 512 units train 17%
+    # slower than dense (under XLA a gather's gradient is a scatter); in the blocks' own
+    # order they pass from layer to layer as they are. The zoo's orders need none at all.
+    made = MADENetwork(20, [64, 64], order=order, kernel_blocks=4, conditional_dims=3, seed=0)
+    assert all(layer.layout is not None for layer in [*made.hidden_layers, made.output_layer])
+    graph = tf.function(lambda x, y: made(x, y)).get_concrete_function(
+        tf.TensorSpec([None, 20]), tf.TensorSpec([None, 3])).graph
+    gathers = [op for op in graph.get_operations() if op.type in ("GatherV2", "Gather", "ResourceGather")]
+    assert gathers, "the biases and y's kernels are put in the blocks' order"
+    # ... and nothing with the batch axis (None here) is gathered.
+    assert all(op.inputs[0].shape.rank == 1 or op.inputs[0].shape[0] is not None for op in gathers), gathers
+
+
 def test_a_mask_whose_supports_are_not_nested_has_no_layout():
     assert BlockLayout.of(np.array([[1, 0], [0, 1]]), 2) is None
     assert BlockLayout.of(np.ones((4, 6)), 3) is None  # one block would store it all
@@ -76,9 +111,9 @@ def test_auto_blocks_the_paper_sized_mnist_made_and_not_the_small_ones():
         MADENetwork(3, [8], kernel_blocks=0)
 
 
-def _pair(num_components=None, conditional_dims=None, dtype="float32"):
+def _pair(num_components=None, conditional_dims=None, dtype="float32", order="random"):
     """A dense and a blocked MADE with the same weights (through a weights file)."""
-    kwargs = dict(num_components=num_components, conditional_dims=conditional_dims, order="random",
+    kwargs = dict(num_components=num_components, conditional_dims=conditional_dims, order=order,
                   seed=3, dtype=dtype)
     dense = MADENetwork(D, [16, 12], kernel_blocks=1, **kwargs)
     blocked = MADENetwork(D, [16, 12], kernel_blocks=3, **kwargs)
@@ -94,10 +129,11 @@ def _pair(num_components=None, conditional_dims=None, dtype="float32"):
     return dense, blocked
 
 
+@pytest.mark.parametrize("order", ["random", "left-to-right", "right-to-left"])
 @pytest.mark.parametrize("num_components, conditional_dims", [(None, None), (3, 2)])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_blocked_made_gives_the_dense_outputs_gradients_and_samples(num_components, conditional_dims, dtype):
-    dense, blocked = _pair(num_components, conditional_dims, dtype)
+def test_blocked_made_gives_the_dense_outputs_gradients_and_samples(num_components, conditional_dims, dtype, order):
+    dense, blocked = _pair(num_components, conditional_dims, dtype, order)
     rng = np.random.default_rng(0)
     x = tf.constant(rng.normal(size=(7, D)), dtype)
     y = None if conditional_dims is None else tf.constant(rng.normal(size=(7, conditional_dims)), dtype)

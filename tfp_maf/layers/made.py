@@ -41,7 +41,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfp_maf import _checks, masks, sampling
-from tfp_maf.layers.block_layout import BlockLayout
+from tfp_maf.layers.block_layout import BlockLayout, reorder
 
 __all__ = ["MADE", "MADENetwork", "MaskedDense", "apply_masks", "masked_gradient"]
 
@@ -259,14 +259,35 @@ class MaskedDense(keras.layers.Layer):
         MatMul + BiasAdd + Add + Relu into a node without an op (it logs errors on
         every trace and runs the graph unoptimised), MatMul + Add + BiasAdd it leaves."""
         if self.layout is None:
-            outputs = tf.matmul(inputs, self.masked_kernel())
-        else:
-            outputs = self.layout.matmul(inputs, self._masked_blocks())
+            return self._finish(tf.matmul(inputs, self.masked_kernel()), addend, self.bias)
+        if addend is not None:
+            addend = reorder(addend, None, self.output_order)
+        outputs, order = self.call_in_order(inputs, None, addend)
+        return reorder(outputs, order, None)
+
+    @property
+    def output_order(self):
+        """The order in which `call_in_order` gives the units: the blocks' column order,
+        or None (the units' own order) for a dense kernel."""
+        return None if self.layout is None else self.layout.cols
+
+    def call_in_order(self, inputs, order, addend=None):
+        """`call` on inputs whose last axis holds this layer's input units in ``order``
+        (None: their own order); returns ``(outputs, output_order)``, ``addend`` given in
+        `output_order`. A MADE chains its layers this way, so that its hidden units go
+        from one blocked layer to the next without a gather (`block_layout.reorder`)."""
+        if self.layout is None:
+            return self.call(reorder(inputs, order, None), addend), None
+        outputs = self.layout.sorted_matmul(reorder(inputs, order, self.layout.rows), self._masked_blocks())
+        bias = None if self.bias is None else reorder(tf.convert_to_tensor(self.bias), None, self.layout.cols)
+        return self._finish(outputs, addend, bias), self.layout.cols
+
+    def _finish(self, outputs, addend, bias):
         if addend is not None:
             outputs = outputs + addend
-        if self.bias is not None:
+        if bias is not None:
             # BiasAdd (not AddV2), so that grappler fuses MatMul + BiasAdd (+ Relu).
-            outputs = tf.nn.bias_add(outputs, self.bias)
+            outputs = tf.nn.bias_add(outputs, bias)
         return self.activation(outputs)
 
     def get_config(self):
@@ -504,18 +525,26 @@ class MADENetwork(keras.layers.Layer):
         }
 
     def conditional_terms(self, y):
-        """``y @ V_l`` for every layer that y feeds; computed once per ``y``."""
+        """``y @ V_l`` for every layer that y feeds, its units in the order the layer
+        gives them (`MaskedDense.output_order`); computed once per ``y``."""
         if y is None:
             return [None] * max(len(self.hidden_units), 1)
-        return [tf.matmul(y, tf.cast(v, y.dtype)) for v in self.conditional_kernels]
+        fed = self.hidden_layers or [self.output_layer]
+        return [tf.matmul(y, reorder(tf.cast(v, y.dtype), None, layer.output_order))
+                for v, layer in zip(self.conditional_kernels, fed, strict=True)]
 
     def flat_params(self, x2d, y_terms):
-        """Raw outputs ``[N, D * P]`` from flat inputs ``[N, D]``."""
-        h = x2d
+        """Raw outputs ``[N, D * P]`` from flat inputs ``[N, D]``.
+
+        The hidden units pass from layer to layer in the order each layer gives them
+        (`MaskedDense.call_in_order`), and only the outputs are put back in order."""
+        h, order = x2d, None
         # Without hidden layers the one y term feeds the output, and this loop is empty.
         for layer, y_term in zip(self.hidden_layers, y_terms, strict=bool(self.hidden_layers)):
-            h = self.activation(layer(h, addend=y_term))
-        return self.output_layer(h, addend=None if self.hidden_layers else y_terms[0])
+            h, order = layer.call_in_order(h, order, addend=y_term)
+            h = self.activation(h)
+        out, order = self.output_layer.call_in_order(h, order, addend=None if self.hidden_layers else y_terms[0])
+        return reorder(out, order, None)
 
     def call(self, x, conditional_input=None):
         x2d, y, batch_shape = self._flatten(x, conditional_input)
