@@ -123,7 +123,8 @@ class MaskedDense(keras.layers.Layer):
     variable per block, without the zeros right of the mask's staircase, so the
     matmuls and the optimizer skip them. `masked_kernel` still gives the dense
     kernel, and files hold it dense (``"0"``, then the bias), so saved weights load
-    into either storage.
+    into either storage. `call` takes and gives the units in their own order;
+    `call_in_order` keeps them in the blocks' order, as a MADE chains its layers.
 
     Args:
       units: number of outputs.
