@@ -96,8 +96,9 @@ class DensityModel(keras.Model):
         """``[n, D]`` samples.
 
         For a conditional model ``y`` is one row ``[K]`` or ``[1, K]`` (every sample
-        given it) or ``[n, K]`` (one row per sample). ``seed``: an int or two int32s; either gives
-        the same samples on every call (an int ``s`` is the stateless seed ``(0, s)``).
+        given it) or ``[n, K]`` (one row per sample). ``seed``: an int or two int32s;
+        either gives the same samples on every call (an int ``s`` is the stateless seed
+        ``(0, s)``).
         """
         n = _checks.check_count(n, self.name)
         if isinstance(seed, int):  # TFP would read an int as a stateful op seed
