@@ -46,7 +46,9 @@ def slice_batches(model, parts: int) -> None:
 
         def sliced(x2d, y_terms, whole=whole):
             xs = tf.split(x2d, parts)
-            ys = zip(*[tf.split(t, parts) for t in y_terms]) if y_terms[0] is not None else [y_terms] * parts
+            ys = [y_terms] * parts
+            if y_terms[0] is not None:
+                ys = zip(*[tf.split(t, parts) for t in y_terms], strict=True)
             return tf.concat([whole(x, list(y)) for x, y in zip(xs, ys, strict=True)], axis=0)
 
         made.flat_params = sliced
