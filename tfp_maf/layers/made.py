@@ -260,11 +260,10 @@ class MaskedDense(keras.layers.Layer):
         MatMul + BiasAdd + Add + Relu into a node without an op (it logs errors on
         every trace and runs the graph unoptimised), MatMul + Add + BiasAdd it leaves."""
         if self.layout is None:
-            return self._finish(tf.matmul(inputs, self.masked_kernel()), addend, self.bias)
-        if addend is not None:
-            addend = reorder(addend, None, self.output_order)
-        outputs, order = self.call_in_order(inputs, None, addend)
-        return reorder(outputs, order, None)
+            outputs = tf.matmul(inputs, self.masked_kernel())
+        else:
+            outputs = self.layout.matmul(inputs, self._masked_blocks())
+        return self._finish(outputs, addend, self.bias)
 
     @property
     def output_order(self):
