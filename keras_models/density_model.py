@@ -15,6 +15,7 @@ from tfp_maf._graph_memory import (
     mark_traced_on_purpose,
     traced_on_purpose,
 )
+from tfp_maf.layers import kernels_as_stored, mask_gradients
 from tfp_maf.sampling import without_gradients
 
 tfd = tfp.distributions
@@ -175,7 +176,10 @@ class DensityModel(keras.Model):
         return [self.loss_tracker]
 
     def train_step(self, data):
-        with custom_gradients_released():  # else the trace outlives the model
+        # custom_gradients_released: else the trace outlives the model. kernels_as_stored:
+        # the MADEs' kernels are read as stored and their gradients masked below, where XLA
+        # fuses the mask into the optimizer's update.
+        with custom_gradients_released(), kernels_as_stored():
             x, y, sample_weight = unpack(data)
             with tf.GradientTape() as tape:
                 nll = -_weighted_mean(self.log_prob(x, y, training=True), sample_weight)
@@ -183,19 +187,23 @@ class DensityModel(keras.Model):
                 # Under tf.distribute each replica sees 1/R of the global batch and the
                 # optimizer sums the replicas' gradients: scale so the sum is the mean.
                 total = (nll + tf.cast(penalty, nll.dtype)) / tf.distribute.get_strategy().num_replicas_in_sync
-            if self.trainable_variables:
-                self.optimizer.apply(tape.gradient(total, self.trainable_variables), self.trainable_variables)
+            variables = self.trainable_variables
+            if variables:
+                self.optimizer.apply(mask_gradients(self, tape.gradient(total, variables), variables), variables)
             self.loss_tracker.update_state(nll)
             return self._logs()
 
     def test_step(self, data):
         x, y, sample_weight = unpack(data)
-        self.loss_tracker.update_state(-_weighted_mean(self.log_prob(x, y, training=False), sample_weight))
+        with kernels_as_stored():  # no gradient is taken: the mask products would be a pass for nothing
+            log_prob = self.log_prob(x, y, training=False)
+        self.loss_tracker.update_state(-_weighted_mean(log_prob, sample_weight))
         return self._logs()
 
     def predict_step(self, data):
         x, y, _ = unpack(data)  # Keras' own would read (x, y) as features and targets
-        return self.log_prob(x, y, training=False)
+        with kernels_as_stored():
+            return self.log_prob(x, y, training=False)
 
     def _logs(self) -> dict:
         loss = self.loss_tracker.result()

@@ -11,6 +11,7 @@ import pickle
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import keras_models as km
 from keras_models import data, training
@@ -83,6 +84,41 @@ def test_jit_compile_trains_and_matches_the_graph_loss():
     jit_loss = model.evaluate(val, verbose=0)
     model.compile(optimizer=model.optimizer, jit_compile=False)
     assert model.evaluate(val, verbose=0) == pytest.approx(jit_loss, rel=1e-4)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("kind", ["maf", "made_mog"])
+def test_fit_takes_the_steps_a_gradient_tape_loop_takes(kind, jit_compile):
+    # fit masks the MADEs' gradients after the tape (`kernels_as_stored`), a
+    # plain loop through the kernel * mask product: the same steps, blocks or not.
+    # SGD with momentum, not Adam, whose normalised steps turn rounding noise in a
+    # near-zero gradient into steps of the learning rate; its momentum shows the
+    # gradients the optimizer saw, zeros outside the masks included.
+    from tfp_maf.testing import randomize_weights
+
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((300, 3)).astype("float32"), rng.standard_normal((300, 2)).astype("float32")
+
+    def make():
+        kwargs = dict(hidden_units=[16, 16], conditional_dims=2, seed=0, kernel_blocks=2)
+        model = km.MAF(3, num_layers=2, **kwargs) if kind == "maf" else km.MADEMoG(3, num_components=2, **kwargs)
+        randomize_weights(model, 1, scale=0.2)  # every kernel gets a gradient from the first step
+        return model
+
+    fitted = make()
+    fitted.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), jit_compile=jit_compile)
+    fitted.fit((x, y), batch_size=100, epochs=1, shuffle=False, verbose=0)
+    looped, optimizer = make(), keras.optimizers.SGD(0.05, momentum=0.9)
+    for i in range(0, 300, 100):
+        with tf.GradientTape() as tape:
+            loss = -tf.reduce_mean(looped.log_prob(x[i : i + 100], y[i : i + 100], training=True))
+            loss += tf.add_n(looped.losses) if looped.losses else 0.0
+        optimizer.apply(tape.gradient(loss, looped.trainable_variables), looped.trainable_variables)
+    for a, b in zip(fitted.get_weights(), looped.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(fitted.optimizer.variables, optimizer.variables, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(fitted.get_weights()[0], make().get_weights()[0])  # it did train
 
 
 def test_step_counts_run_exactly_or_are_refused():

@@ -2,7 +2,14 @@
 
 from tfp_maf.layers.batch_norm import BatchNormState, ExpGammaBatchNormalization
 from tfp_maf.layers.coupling import CouplingNetworks
-from tfp_maf.layers.made import MADE, MADENetwork, MaskedDense, apply_masks
+from tfp_maf.layers.made import (
+    MADE,
+    MADENetwork,
+    MaskedDense,
+    apply_masks,
+    kernels_as_stored,
+    mask_gradients,
+)
 
 __all__ = [
     "MADE",  # deprecated: MADENetwork
@@ -12,4 +19,6 @@ __all__ = [
     "MADENetwork",
     "MaskedDense",
     "apply_masks",
+    "kernels_as_stored",
+    "mask_gradients",
 ]

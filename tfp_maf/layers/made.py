@@ -32,6 +32,8 @@ References:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import warnings
 from collections.abc import Sequence
@@ -43,7 +45,12 @@ import tensorflow as tf
 from tfp_maf import _checks, masks, sampling
 from tfp_maf.layers.block_layout import BlockLayout, reorder
 
-__all__ = ["MADE", "MADENetwork", "MaskedDense", "apply_masks", "masked_gradient"]
+__all__ = [
+    "MADE", "MADENetwork", "MaskedDense", "apply_masks", "kernels_as_stored", "mask_gradients",
+    "masked_gradient",
+]
+
+_AS_STORED = contextvars.ContextVar("tfp_maf_kernels_as_stored", default=False)
 
 
 def masked_gradient(kernel, mask):
@@ -53,8 +60,43 @@ def masked_gradient(kernel, mask):
     it is there for its gradient, in any training loop. (A `tf.custom_gradient` that
     skipped it registered a gradient function per trace that TF never releases, with
     the traced graph in it: every model a process traced stayed in memory.)
+
+    Under `kernels_as_stored` the kernel comes back as it is.
     """
-    return kernel * mask
+    return kernel if _AS_STORED.get() else kernel * mask
+
+
+@contextlib.contextmanager
+def kernels_as_stored():
+    """Inside it (eagerly, or while a function is traced), `MaskedDense` layers read
+    their kernels as stored, without the ``kernel * mask`` product (`masked_gradient`)
+    that masks their gradients: the caller masks them itself (`mask_gradients`), or
+    takes none.
+
+    The values are the same (the kernels hold zeros outside their masks), and so are the
+    masked gradients, with one pass over every kernel fewer: the product is a pass of
+    its own before each matmul, where the mask applied after the tape fuses (under XLA)
+    into the optimizer's update, which reads the gradient anyway (config A at batch
+    100: about a tenth of a `fit` step, ``benchmarks/README.md``). `DensityModel`'s
+    train, test and predict steps work this way; any other loop keeps the product and
+    needs nothing.
+    """
+    token = _AS_STORED.set(True)
+    try:
+        yield
+    finally:
+        _AS_STORED.reset(token)
+
+
+def mask_gradients(layer, gradients, variables) -> list:
+    """``gradients`` of ``variables`` with the gradient of every `MaskedDense` kernel in
+    ``layer`` (a layer or model, itself included) multiplied by its mask: what
+    `kernels_as_stored` leaves to the caller. Other gradients, and None, pass as
+    they are."""
+    masks = {id(v): m for sub in layer._flatten_layers(include_self=True) if isinstance(sub, MaskedDense)
+             for v, m in sub.kernel_masks()}
+    return [g if g is None or id(v) not in masks else g * tf.constant(masks[id(v)], g.dtype)
+            for g, v in zip(gradients, variables, strict=True)]
 
 
 class _MaskConstraint(keras.constraints.Constraint):
@@ -217,6 +259,14 @@ class MaskedDense(keras.layers.Layer):
 
     def _kernel_variables(self) -> list:
         return [self.kernel] if self.layout is None else [b for b in self.kernel_blocks if b is not None]
+
+    def kernel_masks(self) -> list:
+        """``(variable, mask)`` for every kernel variable whose gradient the mask must
+        cover (a block inside the staircase has none): what `mask_gradients` applies."""
+        if self.layout is None:
+            return [(self.kernel, self.mask)]
+        return [(b, m) for b, m in zip(self.kernel_blocks, self.layout.block_masks, strict=True)
+                if b is not None and not m.all()]
 
     def apply_mask(self) -> None:
         """Sets the kernel's entries outside the mask to zero (after a direct assign)."""
