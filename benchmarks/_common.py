@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import time
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
@@ -59,3 +61,24 @@ def save(path, result: dict, markdown: str | None = None) -> None:
     path.write_text(json.dumps(result, indent=2) + "\n")
     if markdown is not None:
         path.with_suffix(".md").write_text(markdown)
+
+
+def fit_rounds(models: dict, ds, steps: int, rounds: int) -> dict:
+    """``steps`` steps of `fit` on ``ds`` for each compiled model, interleaved round by
+    round (a neighbour's load falls on all alike): medians and minima in ms per step,
+    and the host's steal, per key of ``models``."""
+    times, steals = {k: [] for k in models}, {k: [] for k in models}
+    for _ in range(rounds):
+        for k, model in models.items():
+            before, start = host_cpu_times(), time.perf_counter()
+            model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0)
+            times[k].append(time.perf_counter() - start)
+            steals[k].append(steal_share(before, host_cpu_times()))
+    return {
+        k: {
+            "ms_per_step": 1000 * float(np.median(times[k])) / steps,
+            "min_ms_per_step": 1000 * min(times[k]) / steps,
+            "host_steal": float(np.median([s or 0.0 for s in steals[k]])),
+        }
+        for k in models
+    }

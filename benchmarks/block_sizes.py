@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-from _common import RESULTS, host_cpu_times, run_info, save, steal_share, whole_executions  # noqa: E402
+from _common import RESULTS, fit_rounds, run_info, save, whole_executions  # noqa: E402
 
 import keras_models as km  # noqa: E402
 from keras_models import data, training  # noqa: E402
@@ -59,22 +58,8 @@ def case_times(D, hidden, batch, steps, blocks, rounds) -> dict:
         steps = whole_executions(steps, int(model.steps_per_execution))
         model.fit(ds, steps_per_epoch=int(model.steps_per_execution), epochs=1, verbose=0)  # compile
         models[g] = model
-    times, steals = {g: [] for g in blocks}, {g: [] for g in blocks}
-    for _ in range(rounds):
-        for g, model in models.items():
-            before, start = host_cpu_times(), time.perf_counter()
-            model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0)
-            times[g].append(time.perf_counter() - start)
-            steals[g].append(steal_share(before, host_cpu_times()))
-    return {
-        str(g): {
-            "ms_per_step": 1000 * float(np.median(times[g])) / steps,
-            "min_ms_per_step": 1000 * min(times[g]) / steps,
-            "stored_share": _stored_share(models[g]),
-            "host_steal": float(np.median([s or 0.0 for s in steals[g]])),
-        }
-        for g in blocks
-    }
+    times = fit_rounds(models, ds, steps, rounds)
+    return {str(g): {**times[g], "stored_share": _stored_share(models[g])} for g in blocks}
 
 
 def markdown(result) -> str:
