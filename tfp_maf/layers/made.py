@@ -148,10 +148,11 @@ class MaskedDense(keras.layers.Layer):
     that writes the kernel:
 
     - the initializer draws ``initializer(shape) * mask``;
-    - the gradient of a call is masked (`masked_gradient`), so no optimizer
-      state sees the entries outside the mask, and a constraint projects the
-      kernel back onto the mask after every optimizer step, for optimizers
-      that mix entries;
+    - the gradient of a call is masked (`masked_gradient`; a `fit` step masks
+      it after the tape instead, `kernels_as_stored`), so no optimizer state
+      sees the entries outside the mask, and a constraint projects the kernel
+      back onto the mask after every optimizer step, for optimizers that mix
+      entries;
     - `set_weights` (here, on `MADE` and on the `keras_models` models) and
       loading (`.keras`, `.weights.h5`) project what they write, so files
       saved before the kernel held the zeros load as the same network.
