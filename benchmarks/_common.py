@@ -63,6 +63,14 @@ def save(path, result: dict, markdown: str | None = None) -> None:
         path.with_suffix(".md").write_text(markdown)
 
 
+def report(path, result: dict, markdown) -> dict:
+    """Prints ``markdown(result)`` and saves both (`save`); returns ``result``."""
+    text = markdown(result)
+    print(text)
+    save(path, result, text)
+    return result
+
+
 def fit_rounds(models: dict, ds, steps: int, rounds: int) -> dict:
     """``steps`` steps of `fit` on ``ds`` for each compiled model, interleaved round by
     round (a neighbour's load falls on all alike): medians and minima in ms per step,

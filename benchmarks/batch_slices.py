@@ -30,7 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _common import RESULTS, run_info, save, whole_executions  # noqa: E402
+from _common import RESULTS, report, run_info, whole_executions  # noqa: E402
 
 #: (name, D, hidden units, batch, steps a timed `fit` call): about a second of training each.
 CASES = (("A", 43, [512, 512], 100, 1000), ("A", 43, [512, 512], 1000, 100), ("mnist", 784, [1024], 100, 200))
@@ -115,10 +115,7 @@ def main(argv=None):
               flush=True)
     result = {**run_info("batch_slices.py", argv), "rounds": args.rounds, "jit": args.jit,
               "intra_op_threads": args.intra_op_threads, "cases": cases}
-    text = markdown(result)
-    print(text)
-    save(args.out, result, text)
-    return result
+    return report(args.out, result, markdown)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import RESULTS, run_info, save  # noqa: E402
+from _common import RESULTS, report, run_info  # noqa: E402
 
 import keras_models as km  # noqa: E402
 
@@ -217,10 +217,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     rows = [run_config(name, args.calls, args.models) for name in args.configs]
     result = {**run_info("calls.py", argv if argv is not None else sys.argv[1:]), "rows": rows}
-    text = markdown(result)
-    print(text)
-    save(RESULTS / "calls.json", result, text)
-    return result
+    return report(RESULTS / "calls.json", result, markdown)
 
 
 if __name__ == "__main__":

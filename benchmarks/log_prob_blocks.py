@@ -28,7 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import speed  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _common import RESULTS, run_info, save  # noqa: E402
+from _common import RESULTS, report, run_info  # noqa: E402
 
 import keras_models as km  # noqa: E402
 from keras_models import training  # noqa: E402
@@ -122,10 +122,7 @@ def main(argv=None):
     chain = speed.interleaved({k: speed._batches(fn, x, BATCH) for k, fn in chain_fns().items()}, args.rounds)
     result = {**run_info("log_prob_blocks.py", argv), "rounds": args.rounds, "points": args.points,
               "matmul_gflops": speed.MATMUL_FLOPS / matmul["median_s"] / 1e9, "log_prob": log_prob, "chain": chain}
-    text = markdown(result)
-    print(text)
-    save(args.out, result, text)
-    return result
+    return report(args.out, result, markdown)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _common import RESULTS, fit_rounds, run_info, save, whole_executions  # noqa: E402
+from _common import RESULTS, fit_rounds, report, run_info, whole_executions  # noqa: E402
 
 import keras_models as km  # noqa: E402
 from keras_models import data, training  # noqa: E402
@@ -92,10 +92,7 @@ def main(argv=None):
         cases.append({"name": name, "D": D, "hidden": hidden, "batch": batch, "times": times})
         print(f"{name} b{batch}: " + ", ".join(f"{k} {t['ms_per_step']:.2f} ms" for k, t in times.items()), flush=True)
     result = {**run_info("mask_products.py", argv), "rounds": args.rounds, "cases": cases}
-    text = markdown(result)
-    print(text)
-    save(args.out, result, text)
-    return result
+    return report(args.out, result, markdown)
 
 
 if __name__ == "__main__":

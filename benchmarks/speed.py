@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
 import torch_peers  # noqa: E402
-from _common import host_cpu_times, run_info, save, steal_share, whole_executions  # noqa: E402
+from _common import host_cpu_times, report, run_info, steal_share, whole_executions  # noqa: E402
 
 import keras_models as km  # noqa: E402
 from keras_models import data, training  # noqa: E402
@@ -481,10 +481,7 @@ def main(argv=None):
         **run_info("speed.py", argv), "load_average_at_start": load, "matmul_gflops": matmul, "configs": configs,
         "sampling_vs_d": sampling_vs_d([1024], 1000, args.repeats, 1),
     }
-    text = markdown(result)
-    print(text)
-    save(args.out, result, text)
-    return result
+    return report(args.out, result, markdown)
 
 
 if __name__ == "__main__":
