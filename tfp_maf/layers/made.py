@@ -80,6 +80,19 @@ def kernels_as_stored():
     100: about a tenth of a `fit` step, ``benchmarks/README.md``). `DensityModel`'s
     train, test and predict steps work this way; any other loop keeps the product and
     needs nothing.
+
+    Example (a step of a hand-written loop, as `fit` takes it):
+
+    >>> import numpy as np
+    >>> made = MADENetwork(3, hidden_units=[8], output_kernel_initializer="glorot_uniform", seed=0)
+    >>> x = np.ones((4, 3), np.float32)
+    >>> with tf.GradientTape() as tape, kernels_as_stored():
+    ...     loss = tf.reduce_sum(made(x)[0] ** 2)
+    >>> variables = made.trainable_variables
+    >>> grads = mask_gradients(made, tape.gradient(loss, variables), variables)
+    >>> outside = 1 - made.hidden_layers[0].mask
+    >>> float(tf.reduce_max(tf.abs(grads[0] * outside)))  # hidden_0's kernel
+    0.0
     """
     token = _AS_STORED.set(True)
     try:
