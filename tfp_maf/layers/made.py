@@ -108,8 +108,26 @@ def mask_gradients(layer, gradients, variables) -> list:
     they are."""
     masks = {id(v): m for sub in layer._flatten_layers(include_self=True) if isinstance(sub, MaskedDense)
              for v, m in sub.kernel_masks()}
-    return [g if g is None or id(v) not in masks else g * tf.constant(masks[id(v)], g.dtype)
+    return [g if g is None or id(v) not in masks else g * _mask_tensor(masks[id(v)], g.dtype)
             for g, v in zip(gradients, variables, strict=True)]
+
+
+def _mask_tensor(mask, dtype) -> tf.Tensor:
+    """``mask`` as a tensor, built from two short vectors where its supports are nested
+    (every MADE mask and every block of one): ``mask[i, j] = rank[i] < seen[j]``.
+
+    A NumPy mask in a trace is a constant copied into the graph, and TF's copies of the
+    graph each carry it: an MNIST MAF (5)'s `fit` step held 0.8 GB more with its
+    gradients' masks as constants. Under XLA the comparison fuses into the optimizer's
+    update, which then reads no mask at all.
+    """
+    mask = np.asarray(mask) != 0
+    seen = mask.sum(0).astype(np.int32)
+    rank = np.empty(mask.shape[0], np.int32)
+    rank[np.argsort(-mask.sum(1), kind="stable")] = np.arange(mask.shape[0], dtype=np.int32)
+    if not np.array_equal(mask, rank[:, None] < seen[None, :]):
+        return tf.constant(mask, dtype)
+    return tf.cast(tf.constant(rank)[:, None] < tf.constant(seen)[None, :], dtype)
 
 
 class _MaskConstraint(keras.constraints.Constraint):
