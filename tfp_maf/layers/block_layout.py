@@ -45,7 +45,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["BlockLayout", "reorder"]
+__all__ = ["BlockLayout", "reorder", "staircase"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -70,16 +70,15 @@ class BlockLayout:
     def of(cls, mask, blocks: int) -> BlockLayout | None:
         """The layout of ``mask`` in ``blocks`` column groups, or None if its supports
         are not nested (not a MADE mask) or a single block would store it all."""
+        ranks = staircase(mask)
+        if ranks is None:
+            return None
         mask = np.asarray(mask) != 0
         fan_in, units = mask.shape
-        # Rows seen by the most units first; then each unit's support is a prefix
-        # exactly when the supports are nested.
-        rows = np.argsort(-mask.sum(1), kind="stable")
-        cols = np.argsort(mask.sum(0), kind="stable")
+        rows = np.argsort(ranks[0], kind="stable")
+        cols = np.argsort(ranks[1], kind="stable")
         sorted_mask = mask[rows][:, cols]
-        seen = sorted_mask.sum(0)
-        if not np.array_equal(sorted_mask, np.arange(fan_in)[:, None] < seen[None, :]):
-            return None
+        seen = ranks[1][cols]
         edges = np.linspace(0, units, min(int(blocks), units) + 1).round().astype(int)
         depths = tuple(int(seen[hi - 1]) for hi in edges[1:])
         if len(depths) < 2 or depths[0] == fan_in:
@@ -140,6 +139,21 @@ class BlockLayout:
             else:
                 outputs.append(tf.matmul(inputs[..., :k], block))
         return tf.concat(outputs, axis=-1)
+
+
+def staircase(mask) -> tuple | None:
+    """``(rank, seen)`` with ``mask[i, j] = rank[i] < seen[j]``, or None when the mask's
+    supports are not nested (not a MADE mask).
+
+    ``rank`` orders the inputs by how many units see them (most first), ``seen`` counts
+    each unit's inputs: both int32 vectors, so a trace can build the mask from them
+    (`tfp_maf.layers.made.mask_gradients`) instead of carrying it as a constant.
+    """
+    mask = np.asarray(mask) != 0
+    seen = mask.sum(0).astype(np.int32)
+    rank = np.empty(mask.shape[0], np.int32)
+    rank[np.argsort(-mask.sum(1), kind="stable")] = np.arange(mask.shape[0], dtype=np.int32)
+    return (rank, seen) if np.array_equal(mask, rank[:, None] < seen[None, :]) else None
 
 
 def reorder(x, have, want):
