@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import operator
+from collections.abc import Mapping
 
 import keras
 import tensorflow as tf
@@ -33,6 +34,7 @@ def unpack(data):
 
 def check_x(model, x):
     """``x`` ``[..., D]`` of a floating dtype, cast to the model's."""
+    _check_not_mapping(model, "x", x)
     x = tf.convert_to_tensor(x)
     if not x.dtype.is_floating:
         raise TypeError(f"{model.name}: expected floating-point x, got {x.dtype.name}.")
@@ -52,10 +54,19 @@ def check_y(model, y):
         return None
     if y is None:
         raise ValueError(f"{model.name} is conditional on y with {K} columns: pass (x, y).")
+    _check_not_mapping(model, "y", y)
     y = tf.cast(tf.convert_to_tensor(y), model.compute_dtype)
     if y.shape.rank is not None and (y.shape.rank == 0 or y.shape[-1] != K):
         raise ValueError(f"{model.name}: expected y with {K} columns, got shape {y.shape.as_list()}.")
     return y
+
+
+def _check_not_mapping(model, name, value):
+    """A dict (a multi-input Keras model's inputs) would fail in TF's conversion with
+    a message that names neither the model nor the form it takes."""
+    if isinstance(value, Mapping):
+        raise TypeError(f"{model.name}: expected {name} as an array or tensor, got a dict with keys "
+                        f"{sorted(value)}; pass x, or (x, y) for a conditional model.")
 
 
 def check_count(n, owner: str):

@@ -157,6 +157,11 @@ class DensityModel(keras.Model):
     # Keras makes these per model from the same code; TF would count every model's
     # trace as a retrace of one function and warn from the fifth (`mark_traced_on_purpose`).
     def make_train_function(self, force=False):
+        # Keras builds the optimizer inside the first trace of the step. A first trace
+        # that fails (a bad input) would leave its variables to the next trace, and TF
+        # refuses variables created on a non-first call: every later fit would fail.
+        if self.optimizer is not None and not self.optimizer.built:
+            self.optimizer.build(self.trainable_variables)
         super().make_train_function(force)
         mark_traced_on_purpose(self.train_function)
         return self.train_function

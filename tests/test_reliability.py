@@ -210,6 +210,23 @@ def test_bad_x_and_y_name_what_was_expected(trained):
         model.log_prob(np.zeros((4, 3), np.float32), np.zeros((4, 7), np.float32))
     with pytest.raises(ValueError, match=r"expected integer labels in \[0, 10\), got values in \[-1, 12\]"):
         data.images.one_hot(np.array([-1, 3, 12]), 10)
+    with pytest.raises(TypeError, match=r"expected x as an array or tensor, got a dict with keys \['x', 'y'\]"):
+        model.log_prob({"x": np.zeros((4, 3), np.float32), "y": y})
+
+
+def test_fit_works_after_a_first_fit_that_failed_on_bad_input():
+    # Keras builds the optimizer in the step's first trace; when that trace failed,
+    # every later fit raised "Creating variables on a non-first call" (plain Keras
+    # models still do).
+    model = km.MAF(3, hidden_units=[8], num_layers=2, conditional_dims=2, seed=0)
+    model.compile(optimizer="adam")
+    x, y = np.zeros((16, 3), np.float32), np.zeros((16, 2), np.float32)
+    with pytest.raises(TypeError, match="got a dict with keys"):
+        model.fit({"x": x, "y": y}, verbose=0)
+    with pytest.raises(ValueError, match=r"expected x with 3 columns, got shape \[(16|None), 5\]"):
+        model.fit(np.zeros((16, 5), np.float32), y, verbose=0)
+    history = model.fit(x, y, epochs=2, verbose=0).history
+    assert np.all(np.isfinite(history["loss"])) and model.optimizer.iterations.numpy() == 2
 
 
 def test_a_corrupt_keras_file_is_reported_and_the_cli_says_what_to_do(trained, tmp_path):
