@@ -3,6 +3,7 @@ expected and what came, before TensorFlow would fail somewhere deeper (or not at
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import operator
 from collections.abc import Mapping
@@ -11,7 +12,7 @@ import keras
 import tensorflow as tf
 
 __all__ = ["check_count", "check_policy", "check_sample_y", "check_whole_executions", "check_x", "check_y",
-           "unpack"]
+           "check_data", "floatx_of", "unpack"]
 
 
 def unpack(data):
@@ -32,6 +33,25 @@ def unpack(data):
     return x, y, sample_weight
 
 
+@contextlib.contextmanager
+def floatx_of(model):
+    """``keras.config.floatx()`` set to the model's dtype for the duration.
+
+    Keras' adapters for NumPy arrays and tensors cast floating-point data to
+    ``floatx()``: without this a float64 model fed float64 arrays by ``fit``,
+    ``evaluate`` or ``predict`` would see them rounded to float32 (``predict`` then
+    differs from ``log_prob`` by 1e-7 where it should by 1e-15)."""
+    floatx, dtype = keras.config.floatx(), model.compute_dtype
+    if dtype == floatx:
+        yield
+        return
+    keras.config.set_floatx(dtype)
+    try:
+        yield
+    finally:
+        keras.config.set_floatx(floatx)
+
+
 def check_x(model, x):
     """``x`` ``[..., D]`` of a floating dtype, cast to the model's."""
     _check_not_mapping(model, "x", x)
@@ -39,8 +59,7 @@ def check_x(model, x):
     if not x.dtype.is_floating:
         raise TypeError(f"{model.name}: expected floating-point x, got {x.dtype.name}.")
     x = tf.cast(x, model.compute_dtype)
-    if x.shape.rank is not None and (x.shape.rank == 0 or x.shape[-1] != model.event_size):
-        raise ValueError(f"{model.name}: expected x with {model.event_size} columns, got shape {x.shape.as_list()}.")
+    _check_width(model, "x", x.shape, model.event_size)
     return x
 
 
@@ -56,9 +75,36 @@ def check_y(model, y):
         raise ValueError(f"{model.name} is conditional on y with {K} columns: pass (x, y).")
     _check_not_mapping(model, "y", y)
     y = tf.cast(tf.convert_to_tensor(y), model.compute_dtype)
-    if y.shape.rank is not None and (y.shape.rank == 0 or y.shape[-1] != K):
-        raise ValueError(f"{model.name}: expected y with {K} columns, got shape {y.shape.as_list()}.")
+    _check_width(model, "y", y.shape, K)
     return y
+
+
+def _check_width(model, name, shape, width, unknown_ok=False):
+    """``shape`` ends in ``width`` (or in an unknown width, if ``unknown_ok``)."""
+    shape = tf.TensorShape(shape)
+    if shape.rank is None or (unknown_ok and shape.rank > 0 and shape[-1] is None):
+        return
+    if shape.rank == 0 or shape[-1] != width:
+        raise ValueError(f"{model.name}: expected {name} with {width} columns, got shape {shape.as_list()}.")
+
+
+def check_data(model, method, args, kwargs) -> None:
+    """The widths of what ``fit``, ``evaluate`` or ``predict`` was given (arrays,
+    tensors, a `tf.data.Dataset`; ``validation_data`` too), checked before Keras traces
+    a step. The check in the step would see a step traced again after a failed one
+    with its shapes relaxed (``[32, None]``) and could not say what came."""
+    given = inspect.signature(method).bind_partial(*args, **kwargs).arguments
+    for data in (given.get("x") if given.get("y") is None else (given.get("x"), given["y"]),
+                 given.get("validation_data")):
+        if isinstance(data, tf.data.Dataset):
+            data = data.element_spec
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(data) if isinstance(data, tuple) else (data, None, None)
+        if y is None and isinstance(x, tuple) and len(x) == 2:  # fit((x, y)), as `unpack` reads it
+            x, y = x
+        for name, value, width in (("x", x, model.event_size), ("y", y, model.conditional_dims)):
+            _check_not_mapping(model, name, value)
+            if width is not None and hasattr(value, "shape") and hasattr(value, "dtype"):
+                _check_width(model, name, value.shape, width, unknown_ok=True)
 
 
 def _check_not_mapping(model, name, value):

@@ -142,17 +142,24 @@ class DensityModel(keras.Model):
 
     # -- training --------------------------------------------------------------
 
+    # floatx_of: Keras casts float arrays to floatx(), which a float64 model must not see.
     def fit(self, *args, **kwargs):
         _checks.check_whole_executions(self, super().fit, args, kwargs, ("steps_per_epoch", "validation_steps"))
-        return super().fit(*args, **_checks.dataset_shuffle(super().fit, args, kwargs))
+        _checks.check_data(self, super().fit, args, kwargs)
+        with _checks.floatx_of(self):
+            return super().fit(*args, **_checks.dataset_shuffle(super().fit, args, kwargs))
 
     def evaluate(self, *args, **kwargs):
         _checks.check_whole_executions(self, super().evaluate, args, kwargs, ("steps",))
-        return super().evaluate(*args, **kwargs)
+        _checks.check_data(self, super().evaluate, args, kwargs)
+        with _checks.floatx_of(self):
+            return super().evaluate(*args, **kwargs)
 
     def predict(self, *args, **kwargs):
         _checks.check_whole_executions(self, super().predict, args, kwargs, ("steps",))
-        return super().predict(*args, **kwargs)
+        _checks.check_data(self, super().predict, args, kwargs)
+        with _checks.floatx_of(self):
+            return super().predict(*args, **kwargs)
 
     # Keras makes these per model from the same code; TF would count every model's
     # trace as a retrace of one function and warn from the fifth (`mark_traced_on_purpose`).

@@ -94,10 +94,8 @@ def test_distribution_training_flag_reaches_the_batch_norms(name):
 @pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in ("maf10", "realnvp10")])
 def test_keras_lifecycle_in_the_models_dtype(name, conditional, dtype, tmp_path):
-    """fit, evaluate, predict, sample, .keras and model.export, all in ``dtype``.
-
-    The data comes as a `tf.data.Dataset`: Keras' adapter for NumPy arrays casts float
-    arrays to ``keras.config.floatx()`` (float32) whatever the model's dtype."""
+    """fit, evaluate, predict, sample, .keras and model.export, all in ``dtype``, on a
+    `tf.data.Dataset` (arrays: `test_a_float64_model_fed_arrays_sees_float64`)."""
     model = _model(name, conditional, dtype)
     x, y = _data(conditional, dtype)
     inputs = x if y is None else (x, y)
@@ -204,6 +202,45 @@ def test_a_float64_global_policy_gives_a_float64_model():
     model.compile(optimizer="adam", jit_compile=False)
     model.fit(x, epochs=1, batch_size=20, verbose=0)
     assert {v.dtype for v in model.weights} == {"float64"} and model.sample(2).dtype == tf.float64
+
+
+@pytest.mark.parametrize("as_tensor", [False, True], ids=["numpy", "tensor"])
+def test_a_float64_model_fed_arrays_sees_float64(as_tensor):
+    # Keras casts float arrays and tensors to floatx() (float32): the model sets floatx
+    # to its dtype for the call, and puts it back.
+    model = _model("maf5", conditional=True, dtype="float64")
+    x, y = _data(True, "float64")
+    x = x * 1e-4 + 1.0  # differences float32 cannot hold
+    if as_tensor:
+        x, y = tf.constant(x), tf.constant(y)
+    model.compile(optimizer="adam", jit_compile=False)
+    log_p = model.log_prob(x, y)
+    np.testing.assert_allclose(model.predict((x, y), batch_size=20, verbose=0), log_p, rtol=1e-13)
+    np.testing.assert_allclose(model.evaluate(x, y, batch_size=40, verbose=0), -np.mean(log_p), rtol=1e-13)
+    model.fit(x, y, epochs=1, batch_size=20, verbose=0, validation_data=(x, y))
+    assert keras.config.floatx() == "float32"
+    with pytest.raises(ValueError, match=r"expected x with 3 columns, got shape \[40, 2\]"):
+        model.fit(x[:, :2], y, verbose=0)
+    assert keras.config.floatx() == "float32"
+
+
+def test_fit_names_a_wrong_width_in_any_input_form_before_tracing():
+    model = _model("maf5", conditional=True)
+    model.compile(optimizer="adam", jit_compile=False)
+    x, y = _data(True)
+    wide = np.ones((len(x), D + 2), np.float32)
+    ds = tf.data.Dataset.from_tensor_slices((x, wide[:, :1])).batch(20)
+    for call, shape in [
+        (lambda: model.fit(x, wide, verbose=0), r"y with 2 columns, got shape \[40, 5\]"),
+        (lambda: model.fit((wide, y), verbose=0), r"x with 3 columns, got shape \[40, 5\]"),
+        (lambda: model.fit(ds, verbose=0), r"y with 2 columns, got shape \[None, 1\]"),
+        (lambda: model.fit(x, y, verbose=0, validation_data=(wide, y)), r"x with 3 columns, got shape \[40, 5\]"),
+        (lambda: model.evaluate(x, wide, verbose=0), r"y with 2 columns, got shape \[40, 5\]"),
+        (lambda: model.predict((wide, y), verbose=0), r"x with 3 columns, got shape \[40, 5\]"),
+    ]:
+        with pytest.raises(ValueError, match=shape):
+            call()
+    assert np.isfinite(model.fit(x, y, epochs=1, verbose=0).history["loss"][-1])
 
 
 def test_keras_serialization_round_trip():

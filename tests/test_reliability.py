@@ -223,7 +223,7 @@ def test_fit_works_after_a_first_fit_that_failed_on_bad_input():
     x, y = np.zeros((16, 3), np.float32), np.zeros((16, 2), np.float32)
     with pytest.raises(TypeError, match="got a dict with keys"):
         model.fit({"x": x, "y": y}, verbose=0)
-    with pytest.raises(ValueError, match=r"expected x with 3 columns, got shape \[(16|None), 5\]"):
+    with pytest.raises(ValueError, match=r"expected x with 3 columns, got shape \[16, 5\]"):
         model.fit(np.zeros((16, 5), np.float32), y, verbose=0)
     history = model.fit(x, y, epochs=2, verbose=0).history
     assert np.all(np.isfinite(history["loss"])) and model.optimizer.iterations.numpy() == 2
