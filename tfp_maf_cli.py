@@ -170,8 +170,12 @@ def _load_model(out):
 def cmd_evaluate(args) -> dict:
     from keras_models import experiment
 
-    saved = json.loads((Path(args.out) / ARGS_FILE).read_text())
-    model = _load_model(args.out)
+    model = _load_model(args.out)  # first: it says what to do where nothing was trained
+    args_path = Path(args.out) / ARGS_FILE
+    if not args_path.exists():
+        raise SystemExit(f"tfp-maf: {args_path} is missing: `tfp-maf train` writes it beside {MODEL_FILE} "
+                         "to say which data the model was trained on.")
+    saved = json.loads(args_path.read_text())
     overrides = {k: v for k, v in (("dataset", args.dataset), ("data_dir", args.data_dir)) if v}
     saved = argparse.Namespace(**{**saved, **overrides})
     splits = _load_data(saved)

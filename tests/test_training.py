@@ -204,3 +204,6 @@ def test_cli_bad_input_gets_a_message_not_a_traceback(tmp_path):
         main(["train", "--dataset", "power", "--data-dir", str(tmp_path), "--out", str(tmp_path / "r")])
     with pytest.raises(SystemExit, match="--conditional needs labelled data; figure1 has no labels"):
         main(["train", "--conditional", "--out", str(tmp_path / "r")])
+    for command in (["evaluate"], ["sample", "-n", "2"], ["export"]):
+        with pytest.raises(SystemExit, match=r"no trained model at .*model.keras; run `tfp-maf train --out"):
+            main([*command, "--out", str(tmp_path / "nothing")])
