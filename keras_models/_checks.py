@@ -85,7 +85,10 @@ def _check_width(model, name, shape, width, unknown_ok=False):
     if shape.rank is None or (unknown_ok and shape.rank > 0 and shape[-1] is None):
         return
     if shape.rank == 0 or shape[-1] != width:
-        raise ValueError(f"{model.name}: expected {name} with {width} columns, got shape {shape.as_list()}.")
+        # A label per row (or one label) is the likeliest y of the wrong shape.
+        hint = (f" Class labels go in one-hot, keras.utils.to_categorical(labels, {width})."
+                if name == "y" and shape.rank <= 1 else "")
+        raise ValueError(f"{model.name}: expected {name} with {width} columns, got shape {shape.as_list()}.{hint}")
 
 
 def check_data(model, method, args, kwargs) -> None:

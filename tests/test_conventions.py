@@ -237,6 +237,8 @@ def test_fit_names_a_wrong_width_in_any_input_form_before_tracing():
         (lambda: model.fit(x, y, verbose=0, validation_data=(wide, y)), r"x with 3 columns, got shape \[40, 5\]"),
         (lambda: model.evaluate(x, wide, verbose=0), r"y with 2 columns, got shape \[40, 5\]"),
         (lambda: model.predict((wide, y), verbose=0), r"x with 3 columns, got shape \[40, 5\]"),
+        (lambda: model.fit(x, np.arange(len(x)) % K, verbose=0),
+         r"y with 2 columns, got shape \[40\]. Class labels go in one-hot, keras.utils.to_categorical\(labels, 2\)"),
     ]:
         with pytest.raises(ValueError, match=shape):
             call()
