@@ -35,7 +35,8 @@ def unpack(data):
 
 @contextlib.contextmanager
 def floatx_of(model):
-    """``keras.config.floatx()`` set to the model's dtype for the duration.
+    """``keras.config.floatx()`` set to the model's dtype for the duration (callbacks
+    included: a variable they create without a dtype takes the model's).
 
     Keras' adapters for NumPy arrays and tensors cast floating-point data to
     ``floatx()``: without this a float64 model fed float64 arrays by ``fit``,

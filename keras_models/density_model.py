@@ -142,24 +142,23 @@ class DensityModel(keras.Model):
 
     # -- training --------------------------------------------------------------
 
-    # floatx_of: Keras casts float arrays to floatx(), which a float64 model must not see.
     def fit(self, *args, **kwargs):
-        _checks.check_whole_executions(self, super().fit, args, kwargs, ("steps_per_epoch", "validation_steps"))
-        _checks.check_data(self, super().fit, args, kwargs)
-        with _checks.floatx_of(self):
-            return super().fit(*args, **_checks.dataset_shuffle(super().fit, args, kwargs))
+        kwargs = _checks.dataset_shuffle(super().fit, args, kwargs)
+        return self._checked_call(super().fit, args, kwargs, ("steps_per_epoch", "validation_steps"))
 
     def evaluate(self, *args, **kwargs):
-        _checks.check_whole_executions(self, super().evaluate, args, kwargs, ("steps",))
-        _checks.check_data(self, super().evaluate, args, kwargs)
-        with _checks.floatx_of(self):
-            return super().evaluate(*args, **kwargs)
+        return self._checked_call(super().evaluate, args, kwargs, ("steps",))
 
     def predict(self, *args, **kwargs):
-        _checks.check_whole_executions(self, super().predict, args, kwargs, ("steps",))
-        _checks.check_data(self, super().predict, args, kwargs)
+        return self._checked_call(super().predict, args, kwargs, ("steps",))
+
+    def _checked_call(self, method, args, kwargs, step_counts):
+        """Keras' ``method`` after the checks of `keras_models._checks`, with floatx the
+        model's dtype: Keras casts float arrays to floatx, which a float64 model must not see."""
+        _checks.check_whole_executions(self, method, args, kwargs, step_counts)
+        _checks.check_data(self, method, args, kwargs)
         with _checks.floatx_of(self):
-            return super().predict(*args, **kwargs)
+            return method(*args, **kwargs)
 
     # Keras makes these per model from the same code; TF would count every model's
     # trace as a retrace of one function and warn from the fifth (`mark_traced_on_purpose`).
