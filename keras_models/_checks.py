@@ -64,16 +64,16 @@ def check_x(model, x):
     return x
 
 
-def check_y(model, y):
+def check_y(model, y, usage: str = "pass (x, y)"):
     """``y`` ``[..., K]`` for a conditional model (None for an unconditional one), cast
-    to the model's dtype."""
+    to the model's dtype. ``usage`` says how the call that lacked y takes it."""
     K = model.conditional_dims
     if K is None:
         if y is not None:
             raise ValueError(f"{model.name} is unconditional, but y was given.")
         return None
     if y is None:
-        raise ValueError(f"{model.name} is conditional on y with {K} columns: pass (x, y).")
+        raise ValueError(f"{model.name} is conditional on y with {K} columns: {usage}.")
     _check_not_mapping(model, "y", y)
     y = tf.cast(tf.convert_to_tensor(y), model.compute_dtype)
     _check_width(model, "y", y.shape, K)
@@ -137,7 +137,7 @@ def check_sample_y(model, n, y):
 
     A single row given as ``[1, K]`` (``y[:1]``, a batch of one) broadcasts to the n
     samples as NumPy would, and comes back as ``[K]``."""
-    y = check_y(model, y)
+    y = check_y(model, y, "call sample(n, y)")
     K = model.conditional_dims
     if y is not None and y.shape.rank == 2:
         rows = y.shape[0]

@@ -56,7 +56,7 @@ class DensityModel(keras.Model):
         gives ``[n, *batch, D]``. ``training=True``: batch norms use the statistics of
         the batch they see (as in training), else the stored ones.
         """
-        return self._distribution(_checks.check_y(self, y), training)
+        return self._distribution(_checks.check_y(self, y, "call distribution(y)"), training)
 
     def _distribution(self, y, training) -> tfd.Distribution:
         raise NotImplementedError
@@ -70,7 +70,7 @@ class DensityModel(keras.Model):
     # -- density ---------------------------------------------------------------
 
     def log_prob(self, x, y=None, training: bool = False) -> tf.Tensor:
-        x, y = _checks.check_x(self, x), _checks.check_y(self, y)
+        x, y = _checks.check_x(self, x), _checks.check_y(self, y, "call log_prob(x, y)")
         if tf.executing_eagerly() and not training:
             # One traced program per model for every batch size: an eager TFP call costs
             # tens of milliseconds in Python, whatever the batch.
@@ -91,7 +91,7 @@ class DensityModel(keras.Model):
 
     def call(self, inputs, training=False):
         x, y, _ = unpack(inputs)
-        return self.log_prob(x, y, training=bool(training))
+        return self.log_prob(x, _checks.check_y(self, y), training=bool(training))
 
     def sample(self, n: int, y=None, seed=None) -> tf.Tensor:
         """``[n, D]`` samples.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -212,6 +213,12 @@ def test_bad_x_and_y_name_what_was_expected(trained):
         data.images.one_hot(np.array([-1, 3, 12]), 10)
     with pytest.raises(TypeError, match=r"expected x as an array or tensor, got a dict with keys \['x', 'y'\]"):
         model.log_prob({"x": np.zeros((4, 3), np.float32), "y": y})
+    # A conditional model asked without y says how the call in hand takes it.
+    x = np.zeros((4, 3), np.float32)
+    for call, usage in ((lambda: model.log_prob(x), "log_prob(x, y)"), (model.distribution, "distribution(y)"),
+                        (lambda: model.sample(2), "sample(n, y)"), (lambda: model(x), "pass (x, y)")):
+        with pytest.raises(ValueError, match=rf"conditional on y with 2 columns: .*{re.escape(usage)}"):
+            call()
 
 
 def test_fit_works_after_a_first_fit_that_failed_on_bad_input():
