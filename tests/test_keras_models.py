@@ -190,7 +190,7 @@ def test_bad_input_raises_with_what_was_expected():
         model.log_prob(np.zeros((4, 5), np.float32), np.zeros((4, 3), np.float32))
     with pytest.raises(ValueError, match=r"expected y with 3 columns"):
         model.log_prob(np.zeros((4, 2), np.float32), np.zeros((4, 2), np.float32))
-    with pytest.raises(ValueError, match="pass \\(x, y\\)"):
+    with pytest.raises(ValueError, match=r"conditional on y with 3 columns: call log_prob\(x, y\)"):
         model.log_prob(np.zeros((4, 2), np.float32))
     with pytest.raises(TypeError, match="floating-point x, got int32"):
         model.log_prob(np.zeros((4, 2), np.int32), np.zeros((4, 3), np.float32))
