@@ -1,14 +1,19 @@
-"""Optimizer state saved for dense MADE kernels, given to a model that stores them in blocks.
+"""Optimizer state and weight lists saved with MADE kernels in one storage, given to
+a model that stores them in another.
 
 `tfp_maf.MaskedDense` writes and reads its kernel dense whatever its storage
-(`tfp_maf.layers.block_layout`), so layer weights load into either. The optimizer's
-state does not go through the layers: Keras saves it as one list, a slot per
-variable (Adam: a momentum and a velocity), so a file written by a model with dense
-kernels (tfp-maf 0.2 and older, or ``kernel_blocks=1``) holds one slot per kernel
-where a blocked model has one per block, and Keras would skip the whole state with
-a warning: a resumed run would restart Adam. `optimizer_arrays` rearranges the
-file's list for the model: each dense slot split into the blocks' slots, the same
-split as the kernel's.
+(`tfp_maf.layers.block_layout`), so layer weights load into any. Two things hold the
+storage itself: the optimizer's state, which Keras saves as one list, a slot per
+variable (Adam: a momentum and a velocity), and a `get_weights` list (a run's best
+epoch, kept by `keras_models.training.RunBackup`). A file written with dense kernels
+(tfp-maf 0.2 and older, ``kernel_blocks=1``, "auto" on a GPU) holds one slot per
+kernel where a blocked model has one per block, and the reverse; Keras would skip
+the whole optimizer state with a warning, and a resumed run would restart Adam.
+
+`optimizer_arrays` and `weights_list` recognise, by the shapes, which storage a list
+was saved with among those a file can come from (`_other_storages`), and rearrange it for
+the model: each kernel's entries merged dense from the saved variables and split
+into the model's.
 """
 
 from __future__ import annotations
@@ -18,82 +23,155 @@ import re
 import keras
 import numpy as np
 
+from tfp_maf.layers.block_layout import BlockLayout, auto_blocks
 from tfp_maf.layers.made import MaskedDense
 
 __all__ = ["optimizer_arrays", "weights_list"]
 
 
-def _blocked_layers(model) -> dict:
-    """``{id(block variable): (layer, block index)}`` over the model's blocked kernels."""
-    return {
-        id(block): (layer, g)
-        for layer in model._flatten_layers(include_self=False)
-        if isinstance(layer, MaskedDense) and layer.layout is not None
-        for g, block in enumerate(layer.kernel_blocks)
-        if block is not None
-    }
+def _stored_shapes(layout, mask) -> list:
+    """Shapes of the kernel variables of a ``mask`` stored in ``layout`` (None: dense).
+    A block of no rows has no variable."""
+    return [tuple(mask.shape)] if layout is None else [tuple(s) for s in layout.shapes if s[0] > 0]
 
 
-def optimizer_arrays(model, arrays: list) -> list | None:
-    """The file's optimizer ``arrays`` (saved with dense kernels) in the order and
-    shapes of ``model.optimizer``'s variables; None when they already fit, or when
-    they are not that model's state with dense kernels either (Keras then reports)."""
-    optimizer = getattr(model, "optimizer", None)
-    live = list(getattr(optimizer, "variables", []))
-    fits = len(arrays) == len(live) and all(tuple(a.shape) == tuple(v.shape) for a, v in zip(arrays, live, strict=True))
-    blocked = _blocked_layers(model)
-    if fits or not live or not blocked:
-        return None
-    # Keras names a slot by its variable's path and the slot's name, and paths repeat
-    # across a model's MADEs; so both lists are rebuilt on stand-ins with unique names:
-    # "model_j" for the model's j-th variable, "dense_k" for the file's k-th.
-    model_stand_ins, dense_stand_ins, dense_index, first = [], [], [], {}
-    for j, v in enumerate(model.trainable_variables):
-        model_stand_ins.append(keras.Variable(np.zeros(v.shape, v.dtype), name=f"model_{j}"))
-        layer, _ = blocked.get(id(v), (None, None))
-        if layer is not None and id(layer) in first:
-            dense_index.append(first[id(layer)])
-            continue
-        shape = layer.mask.shape if layer is not None else v.shape
-        dense_stand_ins.append(keras.Variable(np.zeros(shape, v.dtype), name=f"dense_{len(dense_stand_ins)}"))
-        dense_index.append(len(dense_stand_ins) - 1)
-        if layer is not None:
-            first[id(layer)] = len(dense_stand_ins) - 1
-    as_saved, as_model = (optimizer.__class__.from_config(optimizer.get_config()) for _ in range(2))
-    as_saved.build(dense_stand_ins)
-    as_model.build(model_stand_ins)
-    if len(as_saved.variables) != len(arrays) or len(as_model.variables) != len(live):
-        return None
-    saved = {w.name: a for w, a in zip(as_saved.variables, arrays, strict=True)}
-    out = []
-    for w in as_model.variables:
-        match = re.fullmatch(r"model_(\d+)_(.+)", w.name)
-        if match is None:  # the iteration count, the learning rate
-            out.append(saved[w.name])
-            continue
-        j = int(match[1])
-        value = saved[f"dense_{dense_index[j]}_{match[2]}"]
-        layer, g = blocked.get(id(model.trainable_variables[j]), (None, None))
-        out.append(value if layer is None else layer.layout.split(value)[g])
-    return out
+def _merge(values: list, layout):
+    """The dense kernel from its stored variables' values."""
+    if layout is None:
+        return values[0]
+    values = iter(values)
+    return layout.merge([next(values) if s[0] > 0 else None for s in layout.shapes])
+
+
+def _split(dense, layout) -> list:
+    """The stored variables' values of a dense kernel."""
+    if layout is None:
+        return [dense]
+    return [b for b, s in zip(layout.split(dense), layout.shapes, strict=True) if s[0] > 0]
+
+
+def _other_storages(model) -> tuple:
+    """The model's `MaskedDense` layers, and ``{id(layer): layout or None}`` for each
+    storage other than the model's that a saved list may come from: all dense, "auto"
+    as a CPU chooses it, and the same block count in every layer."""
+    layers = [layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, MaskedDense)]
+
+    def layout(layer, blocks):
+        return BlockLayout.of(layer.mask, blocks) if blocks > 1 else None
+
+    def shapes(storage):
+        return tuple(tuple(_stored_shapes(storage[id(layer)], layer.mask)) for layer in layers)
+
+    candidates = [{id(layer): layout(layer, auto_blocks(layer.mask.shape, "cpu")) for layer in layers}]
+    candidates += [{id(layer): layout(layer, blocks) for layer in layers} for blocks in range(1, 9)]
+    out, seen = [], {shapes({id(layer): layer.layout for layer in layers})}
+    for storage in candidates:
+        if shapes(storage) not in seen:
+            seen.add(shapes(storage))
+            out.append(storage)
+    return layers, out
+
+
+class _Rearrangement:
+    """How the list of ``variables`` (``model.weights`` or its trainable variables)
+    reads when its kernels are stored in ``storage``, and back.
+
+    The saved list has each layer's kernel variables (in the saved storage) where the
+    model's list has the layer's first kernel variable; every other variable is itself.
+    """
+
+    def __init__(self, variables, layers, storage):
+        self.variables = list(variables)
+        owner = {}
+        for layer in layers:
+            for g, v in enumerate(layer._kernel_variables()):
+                owner[id(v)] = (layer, g)
+        self.storage = storage
+        self.items = []  # per saved entry run: (layer or None, variable, count)
+        for v in self.variables:
+            layer, g = owner.get(id(v), (None, None))
+            if layer is None:
+                self.items.append((None, v, 1))
+            elif g == 0:
+                self.items.append((layer, v, len(_stored_shapes(storage[id(layer)], layer.mask))))
+
+    def saved(self) -> list:
+        """``(shape, dtype)`` of each entry of the saved list."""
+        out = []
+        for layer, v, _ in self.items:
+            shapes = [tuple(v.shape)] if layer is None else _stored_shapes(self.storage[id(layer)], layer.mask)
+            out += [(shape, v.dtype) for shape in shapes]
+        return out
+
+    def to_model(self, saved: list) -> list:
+        """The saved list's values in the model's list order and storage."""
+        by_variable, saved = {}, iter(saved)
+        for layer, v, count in self.items:
+            values = [next(saved) for _ in range(count)]
+            if layer is None:
+                by_variable[id(v)] = values[0]
+            else:
+                dense = _merge(values, self.storage[id(layer)])
+                for kernel, value in zip(layer._kernel_variables(), _split(dense, layer.layout), strict=True):
+                    by_variable[id(kernel)] = value
+        return [by_variable[id(v)] for v in self.variables]
 
 
 def weights_list(model, arrays: list) -> list:
-    """A `get_weights` list saved with dense kernels (a run's best epoch from before
-    blocks) in the model's layout: each dense kernel split into the blocks. A list that
-    already fits is returned as is."""
-    weights = model.weights
-    if len(arrays) == len(weights) and all(tuple(np.shape(a)) == tuple(v.shape) for a, v in
-                                           zip(arrays, weights, strict=True)):
+    """A `get_weights` list saved with the model's kernels in another storage (a run's
+    best epoch from before a change of storage) in the model's storage. A list that
+    already fits is returned as is; one that fits no storage too (Keras reports)."""
+    shapes = [tuple(np.shape(a)) for a in arrays]
+    if shapes == [tuple(v.shape) for v in model.weights]:
         return list(arrays)
-    blocked = _blocked_layers(model)
-    out, source, split = [], iter(arrays), {}
-    for v in weights:
-        layer, g = blocked.get(id(v), (None, None))
-        if layer is None:
-            out.append(next(source))
+    layers, storages = _other_storages(model)
+    for storage in storages:
+        plan = _Rearrangement(model.weights, layers, storage)
+        if [shape for shape, _ in plan.saved()] == shapes:
+            return plan.to_model(arrays)
+    return list(arrays)
+
+
+def optimizer_arrays(model, arrays: list) -> list | None:
+    """The file's optimizer ``arrays`` in the order and shapes of ``model.optimizer``'s
+    variables; None when they already fit, or when they fit no storage of the
+    model's kernels either (Keras then reports)."""
+    optimizer = getattr(model, "optimizer", None)
+    live = list(getattr(optimizer, "variables", []))
+    fits = len(arrays) == len(live) and all(tuple(a.shape) == tuple(v.shape) for a, v in zip(arrays, live, strict=True))
+    if fits or not live:
+        return None
+    # Keras names a slot by its variable's path and the slot's name, and paths repeat
+    # across a model's MADEs; so both lists are rebuilt on stand-ins with unique names:
+    # "model_j" for the model's j-th trainable variable, "saved_k" for the file's k-th.
+    trainable = model.trainable_variables
+    as_model = _built_like(optimizer, [keras.Variable(np.zeros(v.shape, v.dtype), name=f"model_{j}")
+                                       for j, v in enumerate(trainable)])
+    slots = [re.fullmatch(r"model_(\d+)_(.+)", w.name) for w in as_model.variables]
+    if len(as_model.variables) != len(live):
+        return None
+    names = {m[2] for m in slots if m is not None}
+    per_variable = (len(slots) - slots.count(None)) / max(1, len(trainable))
+    layers, storages = _other_storages(model)
+    for storage in storages:
+        plan = _Rearrangement(trainable, layers, storage)
+        entries = plan.saved()
+        if slots.count(None) + per_variable * len(entries) != len(arrays):
+            continue  # cheap test before building the stand-ins
+        as_saved = _built_like(optimizer, [keras.Variable(np.zeros(shape, dtype), name=f"saved_{k}")
+                                           for k, (shape, dtype) in enumerate(entries)])
+        if len(as_saved.variables) != len(arrays) or any(
+                tuple(w.shape) != tuple(np.shape(a)) for w, a in zip(as_saved.variables, arrays, strict=True)):
             continue
-        if id(layer) not in split:  # the layer's first block: its dense kernel comes next
-            split[id(layer)] = layer.layout.split(next(source))
-        out.append(split[id(layer)][g])
-    return out
+        saved = {w.name: a for w, a in zip(as_saved.variables, arrays, strict=True)}
+        by_slot = {name: plan.to_model([saved[f"saved_{k}_{name}"] for k in range(len(entries))]) for name in names}
+        return [saved[w.name] if m is None else by_slot[m[2]][int(m[1])]
+                for w, m in zip(as_model.variables, slots, strict=True)]
+    return None
+
+
+def _built_like(optimizer, variables):
+    """A fresh optimizer of ``optimizer``'s class and config, built on ``variables``."""
+    twin = optimizer.__class__.from_config(optimizer.get_config())
+    twin.build(variables)
+    return twin

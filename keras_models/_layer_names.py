@@ -9,7 +9,8 @@ and so the paths. A model remembers which names its layers carry
 names, `matching_weights` gives a copy renamed to the model's. Nothing else about
 the layer weights changed, so the renamed copy loads as Keras would have loaded the
 original. The same copy carries the optimizer state rearranged for a model whose
-MADE kernels are stored in degree blocks (`keras_models._kernel_layout`).
+MADE kernels are stored otherwise than the file's, dense or in degree blocks
+(`keras_models._kernel_layout`).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def _optimizer_arrays(f) -> list:
 def matching_weights(filepath, legacy: bool, model=None):
     """Yields ``filepath``, or a copy adapted to the model: layer groups renamed if
     they carry the other version's names, and, given ``model``, optimizer state saved
-    with dense MADE kernels rearranged for its kernel blocks (`_kernel_layout`).
+    with the MADE kernels in another storage rearranged for the model's (`_kernel_layout`).
 
     ``legacy``: whether the model's layers carry 0.1's names. Files that are not
     ``.weights.h5`` or ``.keras`` pass through untouched (Keras reports on them).

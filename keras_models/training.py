@@ -157,7 +157,8 @@ class RunBackup(keras.callbacks.Callback):
             if saved.get("best_weights"):
                 with np.load(self.directory / saved["best_weights"]) as f:
                     best = [f[f"arr_{i}"] for i in range(len(f.files))]
-                # Saved before the MADEs' kernels were stored in blocks, it holds them dense.
+                # Saved with the MADEs' kernels stored otherwise (dense before 0.3, or by
+                # "auto" on another kind of device), it holds them in that storage.
                 self.stopper.best_weights = _kernel_layout.weights_list(self.model, best)
         self.resumed_from = state["epoch"]
 

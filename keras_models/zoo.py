@@ -30,6 +30,7 @@ import tensorflow_probability as tfp
 import tfp_maf
 from keras_models import _layer_names
 from keras_models.density_model import DensityModel
+from tfp_maf._devices import check_device_kind
 
 tfd, tfb = tfp.distributions, tfp.bijectors
 
@@ -110,10 +111,13 @@ class _FlowModel(DensityModel):
     tfp-maf 0.1 saved: their layers then carry 0.1's class names, under which those
     files hold the weights (`keras_models._layer_names`). Not a knob to set by hand.
 
-    ``kernel_blocks``: the MADEs' storage (`tfp_maf.MADENetwork`): ``"auto"`` stores
-    large kernels in degree blocks, 1 all dense; the densities are the same. Models
-    loaded from files saved before blocks existed (0.2 and older) are rebuilt dense,
-    so that the optimizer state those files hold matches their variables.
+    ``kernel_blocks``, ``kernel_blocks_device``: the MADEs' storage
+    (`tfp_maf.MADENetwork`): ``"auto"`` stores large kernels in degree blocks on a CPU
+    and dense on a GPU, 1 all dense; the densities are the same. A saved model loads
+    with the storage it was saved with (the config records the device kind "auto"
+    chose for), so its optimizer state fits; models from files saved before blocks
+    existed (0.2 and older) are rebuilt dense for the same reason. Weights files
+    (``load_weights``, a run's backup) load into any storage, optimizer state included.
     """
 
     def __init__(
@@ -130,11 +134,13 @@ class _FlowModel(DensityModel):
         hidden_degrees: str = "sequential",
         legacy_layer_names: bool = False,
         kernel_blocks: int | str = "auto",
+        kernel_blocks_device: str | None = None,
         **kwargs,
     ):
         super().__init__(event_size, conditional_dims, **kwargs)
         self.legacy_layer_names = bool(legacy_layer_names)
         self.kernel_blocks = kernel_blocks
+        self.kernel_blocks_device = check_device_kind(kernel_blocks_device)
         self.hidden_units = [int(h) for h in hidden_units]
         self.num_layers = int(num_layers)
         self.num_components = int(num_components)
@@ -150,7 +156,8 @@ class _FlowModel(DensityModel):
             self.event_size, self.hidden_units, num_components=num_components,
             activation=self.activation, order=order, conditional_dims=self.conditional_dims,
             hidden_degrees=self.hidden_degrees, seed=seed, kernel_regularizer=_regularizer(self.l2),
-            kernel_blocks=self.kernel_blocks, dtype=self.dtype_policy, name=name,
+            kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
+            dtype=self.dtype_policy, name=name,
         )
 
     def _batch_norm(self, i):
@@ -173,8 +180,10 @@ class _FlowModel(DensityModel):
     @classmethod
     def from_config(cls, config):
         # A config without the flag comes from a file of tfp-maf 0.1; one without
-        # kernel_blocks from 0.2 or older, which stored every kernel dense.
-        return super().from_config({"legacy_layer_names": True, "kernel_blocks": 1, **config})
+        # kernel_blocks from 0.2 or older, which stored every kernel dense; one without
+        # kernel_blocks_device chose its blocks as a CPU does, on any device.
+        return super().from_config({"legacy_layer_names": True, "kernel_blocks": 1,
+                                    "kernel_blocks_device": "cpu", **config})
 
     def _bijectors(self) -> list:
         """The flow's bijectors, data side first (TFP's `Chain` order)."""
@@ -194,7 +203,7 @@ class _FlowModel(DensityModel):
             num_components=self.num_components, activation=self.activation, l2=self.l2,
             seed=self.seed, log_scale_bound=self.log_scale_bound,
             hidden_degrees=self.hidden_degrees, legacy_layer_names=self.legacy_layer_names,
-            kernel_blocks=self.kernel_blocks,
+            kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
         )
         return config
 

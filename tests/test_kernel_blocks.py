@@ -3,7 +3,8 @@
 `tfp_maf.layers.block_layout` stores a MADE kernel without most of its mask's zeros
 (`MaskedDense(blocks=G)`, `MADENetwork(kernel_blocks=...)`). These tests hold it to the
 dense storage: values, gradients, sampling, saved files in both directions, Adam's state
-from a dense file, and training step by step.
+and a run's best weights from a file of any storage, and training step by step; and
+"auto" chooses them on a CPU only.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import pytest
 import tensorflow as tf
 
 import keras_models
-from tfp_maf import MADENetwork, MaskedDense
-from tfp_maf.layers.block_layout import BlockLayout, reorder
+from keras_models import _kernel_layout
+from tfp_maf import MADENetwork, MaskedDense, _devices
+from tfp_maf.layers.block_layout import BlockLayout, auto_blocks, reorder
 from tfp_maf.testing import randomize_weights
 
 D = 6
@@ -109,6 +111,44 @@ def test_auto_blocks_the_paper_sized_mnist_made_and_not_the_small_ones():
     assert all(layer.layout is None for layer in [*small.hidden_layers, small.output_layer])
     with pytest.raises(ValueError, match="kernel_blocks"):
         MADENetwork(3, [8], kernel_blocks=0)
+
+
+def test_auto_keeps_every_kernel_dense_on_a_gpu(monkeypatch):
+    """A GPU takes the plain path: the blocks were measured on CPUs."""
+    assert auto_blocks((784, 1024), "gpu") == 1 < auto_blocks((784, 1024), "cpu")
+    on_gpu = MADENetwork(784, [1024], seed=0, kernel_blocks_device="gpu")
+    assert all(layer.layout is None for layer in [*on_gpu.hidden_layers, on_gpu.output_layer])
+    assert MADENetwork(784, [1024], seed=0, kernel_blocks=4, kernel_blocks_device="gpu").output_layer.layout
+    # The default is the device TensorFlow runs on; the config records it.
+    monkeypatch.setattr(_devices, "device_kind", lambda: "gpu")
+    model = keras_models.MADEMoG(784, hidden_units=[1024], num_components=2)
+    assert model.get_config()["kernel_blocks_device"] == "gpu"
+    assert all(layer.layout is None for layer in _dense_layers(model))
+    with pytest.raises(ValueError, match="'cpu', 'gpu'"):
+        keras_models.MAF(3, kernel_blocks_device="tpu")
+
+
+def test_a_saved_model_loads_with_the_storage_it_was_saved_with(tmp_path):
+    """A model saved where "auto" chose dense (a GPU) loads dense on this CPU, Adam and
+    all; a config from before the device was recorded chose as a CPU does."""
+    x = _data()
+    model = keras_models.MADE(D, hidden_units=[1024, 1024], seed=1, kernel_blocks_device="gpu")
+    assert all(layer.layout is None for layer in _dense_layers(model))
+    assert auto_blocks((1024, 1024), "cpu") > 1  # where this CPU would have chosen blocks
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    _fit(model, x, 2)
+    model.save(tmp_path / "gpu.keras")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # Keras' "Skipping variable loading for optimizer"
+        again = keras.saving.load_model(tmp_path / "gpu.keras")
+    assert again.kernel_blocks_device == "gpu" and int(again.optimizer.iterations.numpy()) == 2
+    np.testing.assert_allclose(again.log_prob(x), model.log_prob(x), rtol=1e-6)
+    config = model.get_config()
+    del config["kernel_blocks_device"]
+    assert keras_models.MADE.from_config(config).kernel_blocks_device == "cpu"
+    layer_config = MADENetwork(D, [8]).get_config()
+    del layer_config["kernel_blocks_device"]
+    assert MADENetwork.from_config(layer_config).kernel_blocks_device == "cpu"
 
 
 def _pair(num_components=None, conditional_dims=None, dtype="float32", order="random"):
@@ -210,35 +250,41 @@ def _fit(model, x, steps):
     model.fit(x, epochs=1, batch_size=16, steps_per_epoch=steps, shuffle=False, verbose=0)
 
 
-def test_training_steps_are_the_dense_steps_and_adam_resumes_from_a_dense_file(tmp_path):
-    """A run saved with dense kernels resumes in a blocked model with Adam's state, and
-    both storages take the same steps from there."""
+def _dense_moments(model, slots):
+    """Adam's ``slots`` of each MADE kernel, merged dense."""
+    by_variable = dict(zip(map(id, model.trainable_variables), getattr(model.optimizer, slots), strict=True))
+    return [by_variable[id(layer.kernel)].numpy() if layer.layout is None else
+            layer.layout.merge([None if k is None else by_variable[id(k)].numpy() for k in layer.kernel_blocks])
+            for layer in _dense_layers(model)]
+
+
+@pytest.mark.parametrize("saved, loaded", [(1, 3), (3, 1), (2, 3)])
+def test_training_steps_are_the_same_and_adam_resumes_across_storages(saved, loaded, tmp_path):
+    """A run saved with its kernels in one storage (dense: 0.2, or "auto" on a GPU)
+    resumes in another with Adam's state, and both take the same steps from there."""
     x = _data()
-    dense = _model(1)
-    dense.compile(optimizer=keras.optimizers.Adam(1e-2))
-    _fit(dense, x, 2)
-    dense.save_weights(tmp_path / "run.weights.h5")
-    blocked = _model(3)
-    blocked.compile(optimizer=keras.optimizers.Adam(1e-2))
-    blocked.optimizer.build(blocked.trainable_variables)
+    source = _model(saved)
+    source.compile(optimizer=keras.optimizers.Adam(1e-2))
+    _fit(source, x, 2)
+    source.save_weights(tmp_path / "run.weights.h5")
+    target = _model(loaded)
+    target.compile(optimizer=keras.optimizers.Adam(1e-2))
+    target.optimizer.build(target.trainable_variables)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # Keras' "Skipping variable loading for optimizer"
-        blocked.load_weights(tmp_path / "run.weights.h5")
-    assert int(blocked.optimizer.iterations.numpy()) == 2
-    np.testing.assert_allclose(blocked.log_prob(x), dense.log_prob(x), rtol=1e-5)
-    # Adam's moments are the dense ones, block by block.
+        target.load_weights(tmp_path / "run.weights.h5")
+    assert int(target.optimizer.iterations.numpy()) == 2
+    np.testing.assert_allclose(target.log_prob(x), source.log_prob(x), rtol=1e-5)
+    # Adam's moments are the source's, kernel by kernel.
     for slots in ("_momentums", "_velocities"):
-        by_variable = dict(zip(map(id, blocked.trainable_variables), getattr(blocked.optimizer, slots), strict=True))
-        dense_slots = dict(zip(map(id, dense.trainable_variables), getattr(dense.optimizer, slots), strict=True))
-        for a, b in zip(_dense_layers(dense), _dense_layers(blocked), strict=True):
-            moments = b.layout.merge([None if k is None else by_variable[id(k)].numpy() for k in b.kernel_blocks])
-            np.testing.assert_array_equal(moments, dense_slots[id(a.kernel)].numpy())
+        for a, b in zip(_dense_moments(source, slots), _dense_moments(target, slots), strict=True):
+            np.testing.assert_array_equal(a, b)
     # From there both take the same steps (up to the order of float sums, which Adam's
     # normalised first steps amplify).
-    for model in (dense, blocked):
+    for model in (source, target):
         _fit(model, x, 3)
-    np.testing.assert_allclose(blocked.log_prob(x), dense.log_prob(x), rtol=3e-3)
-    for layer in _dense_layers(blocked):
+    np.testing.assert_allclose(target.log_prob(x), source.log_prob(x), rtol=3e-3)
+    for layer in _dense_layers(target):
         np.testing.assert_array_equal(layer.masked_kernel().numpy() * (1 - layer.mask), 0)
 
 
@@ -252,17 +298,47 @@ def test_the_made_mog_and_conditional_models_train_blocked():
         assert np.all(np.isfinite(history.history["loss"]))
 
 
-def test_a_weights_list_saved_with_dense_kernels_sets_a_blocked_model():
+@pytest.mark.parametrize("saved, loaded", [(1, 3), (3, 1), (2, 3)])
+def test_a_weights_list_saved_in_another_storage_sets_the_model(saved, loaded):
     """Early stopping's best weights, kept by a run's backup as a `get_weights` list,
-    may come from before the resume into blocks."""
-    from keras_models import _kernel_layout
+    may come from before a change of storage (a resume into blocks, or onto a GPU)."""
+    x = _data()
+    source, target = _model(saved), _model(loaded)
+    for model in (source, target):
+        model.log_prob(x[:2])
+    randomize_weights(source, 4, 0.2)
+    target.set_weights(_kernel_layout.weights_list(target, source.get_weights()))
+    np.testing.assert_allclose(target.log_prob(x), source.log_prob(x), rtol=1e-5)
+    same = target.get_weights()
+    assert all(a is b for a, b in zip(_kernel_layout.weights_list(target, same), same, strict=True))
+
+
+def test_a_run_backed_up_in_blocks_resumes_with_dense_kernels(tmp_path):
+    """A run's backup (`RunBackup`: weights, Adam, early stopping's best weights) made
+    with blocks, as "auto" on a CPU, resumes where "auto" keeps the kernels dense (a GPU)."""
+    from keras_models.training import RunBackup
 
     x = _data()
-    dense, blocked = _model(1), _model(3)
-    for model in (dense, blocked):
-        model.log_prob(x[:2])
-    randomize_weights(dense, 4, 0.2)
-    blocked.set_weights(_kernel_layout.weights_list(blocked, dense.get_weights()))
-    np.testing.assert_allclose(blocked.log_prob(x), dense.log_prob(x), rtol=1e-5)
-    same = blocked.get_weights()
-    assert all(a is b for a, b in zip(_kernel_layout.weights_list(blocked, same), same, strict=True))
+
+    def run(blocks, epochs):
+        model = _model(blocks)
+        model.compile(optimizer=keras.optimizers.Adam(1e-2))
+        stopper = keras.callbacks.EarlyStopping(patience=5, restore_best_weights=True)
+        backup = RunBackup(tmp_path / "backup", stopper)
+        callbacks = [stopper, backup]
+        model.fit(x, validation_data=(x,), epochs=epochs, initial_epoch=backup.saved_epoch(), batch_size=16,
+                  shuffle=False, verbose=0, callbacks=callbacks)
+        return model, stopper
+
+    blocked, stopper = run(3, 2)  # as a run killed after its second epoch
+    best = [w.copy() for w in stopper.best_weights]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # Keras' "Skipping variable loading for optimizer"
+        dense, resumed = run(1, 2)  # restores the two epochs saved, trains none
+    assert int(dense.optimizer.iterations.numpy()) == 2 * 4
+    np.testing.assert_allclose(dense.log_prob(x), blocked.log_prob(x), rtol=1e-5)
+    # The backed-up best weights came back in the dense storage, with the same density.
+    assert [w.shape for w in resumed.best_weights] == [w.shape for w in dense.get_weights()]
+    blocked.set_weights(best)
+    dense.set_weights(resumed.best_weights)
+    np.testing.assert_allclose(dense.log_prob(x), blocked.log_prob(x), rtol=1e-5)

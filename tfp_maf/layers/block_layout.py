@@ -45,7 +45,32 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["BlockLayout", "reorder", "staircase"]
+from tfp_maf._devices import check_device_kind
+
+__all__ = ["BlockLayout", "auto_blocks", "reorder", "staircase"]
+
+# On a CPU, "auto" blocks kernels of at least AUTO_MIN_ENTRIES entries, in at most
+# AUTO_BLOCKS groups of at least MIN_BLOCK_UNITS units (benchmarks/block_sizes.py:
+# smaller blocks cost more in matmul calls than their zeros save).
+AUTO_MIN_ENTRIES, AUTO_BLOCKS, MIN_BLOCK_UNITS = 2**19, 8, 128
+
+
+def auto_blocks(shape, device: str | None = None) -> int:
+    """The column groups ``kernel_blocks="auto"`` stores a ``[fan_in, units]`` kernel in
+    on a ``device`` kind, ``"cpu"`` or ``"gpu"`` (None: the kind TensorFlow runs on here).
+
+    A GPU keeps every kernel dense: the blocks were measured on 2-core CPUs, where a
+    matmul's time follows its multiply-adds; on a GPU each block is one more kernel
+    launch for work the dense matmul does in parallel anyway.
+
+    >>> auto_blocks((784, 1024), "cpu"), auto_blocks((784, 1024), "gpu"), auto_blocks((43, 512), "cpu")
+    (8, 1, 1)
+    """
+    device = check_device_kind(device)
+    fan_in, units = shape
+    if device == "gpu" or fan_in * units < AUTO_MIN_ENTRIES:
+        return 1
+    return max(1, min(AUTO_BLOCKS, units // MIN_BLOCK_UNITS))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -43,7 +43,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfp_maf import _checks, masks, sampling
-from tfp_maf.layers.block_layout import BlockLayout, reorder, staircase
+from tfp_maf._devices import check_device_kind
+from tfp_maf.layers.block_layout import BlockLayout, auto_blocks, reorder, staircase
 
 __all__ = [
     "MADE", "MADENetwork", "MaskedDense", "apply_masks", "kernels_as_stored", "mask_gradients",
@@ -416,8 +417,14 @@ class MADENetwork(keras.layers.Layer):
         equal gradients and never separate.
       kernel_regularizer: applied to every kernel, e.g. ``keras.regularizers.L2(1e-6)``.
       kernel_blocks: ``"auto"`` stores the kernels of large layers in degree blocks
-        (`MaskedDense`'s ``blocks``), where skipping the masks' zeros pays; an int
-        sets the blocks of every layer, 1 stores all dense. The values are the same.
+        (`MaskedDense`'s ``blocks``) on a CPU, where skipping the masks' zeros pays,
+        and every kernel dense on a GPU (`tfp_maf.layers.block_layout.auto_blocks`);
+        an int sets the blocks of every layer, 1 stores all dense. The values are
+        the same.
+      kernel_blocks_device: the device kind ``"auto"`` chooses for, ``"cpu"`` or
+        ``"gpu"``; None (the default): the one TensorFlow runs on here. The config
+        records the kind, so a saved network loads with the storage it was saved
+        with, on any machine (its optimizer state fits it).
 
     Attributes:
       sampling_tuning: how `sample_sequentially` schedules its pass
@@ -439,6 +446,7 @@ class MADENetwork(keras.layers.Layer):
         output_kernel_initializer=None,
         kernel_regularizer=None,
         kernel_blocks: int | str = "auto",
+        kernel_blocks_device: str | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -462,6 +470,7 @@ class MADENetwork(keras.layers.Layer):
         if kernel_blocks != "auto" and int(kernel_blocks) < 1:
             raise ValueError(f"kernel_blocks must be 'auto' or an int >= 1, got {kernel_blocks!r}.")
         self.kernel_blocks = kernel_blocks if kernel_blocks == "auto" else int(kernel_blocks)
+        self.kernel_blocks_device = check_device_kind(kernel_blocks_device)
 
         D = self.event_size
         self.permutation = masks.order_permutation(D, order, seed)
@@ -517,18 +526,11 @@ class MADENetwork(keras.layers.Layer):
         self.sampling_tuning = sampling.Tuning()
         self.built = True
 
-    # "auto" blocks layers of at least this many kernel entries, in at most
-    # AUTO_BLOCKS groups of at least MIN_BLOCK_UNITS units (benchmarks/block_sizes.py).
-    AUTO_MIN_ENTRIES, AUTO_BLOCKS, MIN_BLOCK_UNITS = 2**19, 8, 128
-
     def _blocks(self, mask) -> int:
         """`MaskedDense`'s ``blocks`` for a layer of this mask."""
         if self.kernel_blocks != "auto":
             return self.kernel_blocks
-        fan_in, units = mask.shape
-        if fan_in * units < self.AUTO_MIN_ENTRIES:
-            return 1
-        return max(1, min(self.AUTO_BLOCKS, units // self.MIN_BLOCK_UNITS))
+        return auto_blocks(mask.shape, self.kernel_blocks_device)
 
     def set_weights(self, weights):
         super().set_weights(weights)
@@ -661,14 +663,16 @@ class MADENetwork(keras.layers.Layer):
             ),
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
             kernel_blocks=self.kernel_blocks,
+            kernel_blocks_device=self.kernel_blocks_device,
         )
         return config
 
     @classmethod
     def from_config(cls, config):
-        # A config without the key was saved before degree blocks: its optimizer
-        # state (if any) is per dense kernel, so it is rebuilt dense.
-        return cls(**{"kernel_blocks": 1, **config})
+        # A config without kernel_blocks was saved before degree blocks: its optimizer
+        # state (if any) is per dense kernel, so it is rebuilt dense. One without
+        # kernel_blocks_device (0.2) chose its blocks as a CPU does, on any device.
+        return cls(**{"kernel_blocks": 1, "kernel_blocks_device": "cpu", **config})
 
 
 @keras.saving.register_keras_serializable(package="tfp_maf")

@@ -16,6 +16,8 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from tfp_maf import _devices
+
 __all__ = ["BlockLayout", "Schedule", "SequentialPlan", "Structure", "Tuning"]
 
 
@@ -161,7 +163,7 @@ class Schedule(NamedTuple):
         """
         if self.parts is not None:
             parts = self.parts
-        elif tf.config.list_logical_devices("GPU"):
+        elif _devices.device_kind() == "gpu":
             return 1
         else:
             # The cores this process may run on (a container or taskset may allow fewer).
