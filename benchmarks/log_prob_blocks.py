@@ -10,7 +10,10 @@ zeros skipped. Two measures, interleaved round by round (`speed.interleaved`):
     activations batch-major, as the library holds them (a prefix of the units is a
     strided slice, the blocks' outputs concatenate column-wise: copies of the 10,000-row
     activations at every layer); and in blocks with the activations feature-major
-    (``[units, batch]``: the prefix is a contiguous slice, the outputs stack as rows).
+    (``[units, batch]``: the prefix is a contiguous slice, the outputs stack as rows);
+    and in blocks kept apart (each layer's output blocks are the next layer's inputs as
+    separate tensors, never sliced or concatenated: output block ``c`` is the sum of one
+    matmul per input block it sees, so the copies become additions).
 
     python benchmarks/log_prob_blocks.py
     python benchmarks/log_prob_blocks.py --rounds 2 --points 20000   # a smoke run
@@ -87,7 +90,21 @@ def chain_fns() -> dict:
                 h = relu_between(i, tf.concat(parts, 0))
             return tf.transpose(h)
 
+        @tf.function
+        def apart(x, layouts=layouts, blocks=blocks):
+            parts, cuts = [x], [0, D]  # the input blocks and where they start and end
+            for i, (lay, ws) in enumerate(zip(layouts, blocks, strict=True)):
+                outs = []
+                for k, w in zip(lay.depths, ws, strict=True):
+                    used = [j for j in range(len(parts)) if cuts[j] < k]
+                    # Zero rows to the end of the last input block used, which k may cut.
+                    w = tf.pad(w, [[0, cuts[used[-1] + 1] - k], [0, 0]])
+                    outs.append(relu_between(i, tf.add_n([parts[j] @ w[cuts[j]:cuts[j + 1]] for j in used])))
+                parts, cuts = outs, [int(e) for e in lay.edges]
+            return tf.concat(parts, 1)
+
         fns[f"{g} blocks, batch-major"], fns[f"{g} blocks, feature-major"] = batch_major, feature_major
+        fns[f"{g} blocks, kept apart"] = apart
     return fns
 
 
