@@ -7,10 +7,11 @@ prefix of the rows, its outputs stack as rows). Does that survive (1) inside MAF
 where the backward pass splits and pads the gradients by block? Measured on config A
 (D 43, MAF (5) of 2 x 512), interleaved round by round (`speed.interleaved`):
 
-  - `log_prob` at batch 10,000: the model as shipped; the same model with each MADE's
-    network run feature-major in 8 blocks (a subclass of `MADENetwork` below: the input and
-    output transposed once per MADE, the bias folded into the matmul as a row of ones, so
-    that it costs no pass of its own); TFP's MAF under XLA.
+  - `log_prob` at batches of 1,000, 2,500 and 10,000: the model as shipped; the same model
+    with each MADE's network run feature-major in 8 blocks (a subclass of `MADENetwork`
+    below: the input and output transposed once per MADE), the bias either folded into the
+    matmul as a row of ones (session 22) or added after the blocks' outputs are stacked (one
+    broadcast add, which the relu follows); TFP's MAF under XLA.
   - a bare training step (five MADE matmul chains, relus, a squared loss, an SGD update) at
     batch 100 and 1,000, dense against feature-major in 4 and 8 blocks, with and without XLA.
 
@@ -36,6 +37,7 @@ from tfp_maf.layers import MADENetwork  # noqa: E402
 from tfp_maf.layers.block_layout import BlockLayout  # noqa: E402
 
 D, HIDDEN, BATCH, BLOCKS = 43, [512, 512], 10_000, 8
+LOG_PROB_BATCHES = (1_000, 2_500, 10_000)  # each divides BATCH
 
 
 def column_blocks(mask, rows, blocks):
@@ -50,7 +52,9 @@ def column_blocks(mask, rows, blocks):
 
 class FeatureMajorMADE(MADENetwork):
     """`MADENetwork` whose forward pass runs feature-major in degree blocks (unconditional,
-    dense kernels: config A's)."""
+    dense kernels: config A's), the bias folded into each matmul as a row of ones."""
+
+    fold_bias = True
 
     def flat_params(self, x2d, y_terms):
         layers = [*self.hidden_layers, self.output_layer]
@@ -61,29 +65,47 @@ class FeatureMajorMADE(MADENetwork):
                 self._plan.append((order, cols, groups))
                 order = cols
         ones = tf.ones([1, tf.shape(x2d)[0]], x2d.dtype)
-        h = tf.concat([ones, tf.transpose(tf.gather(x2d, self._plan[0][0], axis=1))], 0)
+        h = tf.transpose(tf.gather(x2d, self._plan[0][0], axis=1))
+        h = tf.concat([ones, h], 0) if self.fold_bias else h
         for i, (layer, (rows, cols, groups)) in enumerate(zip(layers, self._plan, strict=True)):
             kernel = tf.gather(tf.gather(tf.convert_to_tensor(layer.kernel), rows, axis=0), cols, axis=1)
-            kernel = tf.concat([tf.gather(tf.convert_to_tensor(layer.bias), cols)[None], kernel], 0)
-            parts = [tf.matmul(kernel[: k + 1, lo:hi], h[: k + 1], transpose_a=True) for k, lo, hi in groups]
-            h = self.activation(tf.concat([ones, *parts], 0)) if i < len(layers) - 1 else tf.concat(parts, 0)
+            bias = tf.gather(tf.convert_to_tensor(layer.bias), cols)
+            hidden = i < len(layers) - 1
+            if self.fold_bias:
+                kernel = tf.concat([bias[None], kernel], 0)
+                parts = [tf.matmul(kernel[: k + 1, lo:hi], h[: k + 1], transpose_a=True) for k, lo, hi in groups]
+                h = self.activation(tf.concat([ones, *parts], 0)) if hidden else tf.concat(parts, 0)
+            else:
+                parts = [tf.matmul(kernel[:k, lo:hi], h[:k], transpose_a=True) for k, lo, hi in groups]
+                h = tf.concat(parts, 0) + bias[:, None]
+                h = self.activation(h) if hidden else h
         return tf.transpose(tf.gather(h, np.argsort(self._plan[-1][1]), axis=0))
 
 
+class BiasAfterStackMADE(FeatureMajorMADE):
+    """`FeatureMajorMADE` with the bias added after the blocks' outputs are stacked."""
+
+    fold_bias = False
+
+
 def log_prob_fns() -> dict:
-    """`log_prob` of the shipped model, of the same weights run feature-major, and TFP's."""
+    """`log_prob` of the shipped model, of the same weights run feature-major (the bias
+    folded in, and added after the stack), and TFP's."""
     model, flow, fns = speed.log_prob_fns(D, HIDDEN)
-    twin = speed.ours(D, HIDDEN)
     rng = np.random.default_rng(0)
-    for mine, theirs in zip(_mades(twin), _mades(model), strict=True):
+    for made in _mades(model):
         # Random weights (the output kernels start at zero), projected onto the masks.
-        theirs.set_weights([rng.normal(0, 0.05, w.shape).astype(np.float32) for w in theirs.get_weights()])
-        mine.__class__ = FeatureMajorMADE  # the same layer, its forward pass swapped
-        mine.set_weights(theirs.get_weights())
+        made.set_weights([rng.normal(0, 0.05, w.shape).astype(np.float32) for w in made.get_weights()])
     model.set_batch_norm_statistics(speed._data(D, 1000).numpy())
-    twin.set_batch_norm_statistics(speed._data(D, 1000).numpy())
-    return {"as shipped": fns["ours"], f"feature-major, {BLOCKS} blocks": tf.function(lambda x: twin.log_prob(x)),
-            "TFP with XLA": fns["tfp_jit"]}
+    out = {"as shipped": fns["ours"]}
+    for cls, name in ((FeatureMajorMADE, "bias folded in"), (BiasAfterStackMADE, "bias added after the stack")):
+        twin = speed.ours(D, HIDDEN)
+        for mine, theirs in zip(_mades(twin), _mades(model), strict=True):
+            mine.__class__ = cls  # the same layer, its forward pass swapped
+            mine.set_weights(theirs.get_weights())
+        twin.set_batch_norm_statistics(speed._data(D, 1000).numpy())
+        out[f"feature-major, {BLOCKS} blocks, {name}"] = tf.function(lambda x, twin=twin: twin.log_prob(x))
+    return {**out, "TFP with XLA": fns["tfp_jit"]}
 
 
 def _mades(model):
@@ -131,10 +153,12 @@ def markdown(result) -> str:
     lines = ["## Degree blocks with the activations feature-major (`benchmarks/feature_major.py`)", "",
              f"Command: `{result['command']}` ({result['machine']}); config A, medians of "
              f"{result['rounds']} interleaved rounds; matmul {result['matmul_gflops']:.0f} GFLOP/s.", "",
-             f"| MAF (5) `log_prob`, batch {BATCH:,} | points/s | against as shipped |", "|---|---|---|"]
-    ref = result["log_prob"]["as shipped"]["median_s"]
-    for name, t in result["log_prob"].items():
-        lines.append(f"| {name} | {BATCH / t['median_s']:,.0f} | {ref / t['median_s']:.2f}x |")
+             f"| MAF (5) `log_prob`, {BATCH:,} points | points/s | against as shipped |", "|---|---|---|"]
+    for batch, timings in result["log_prob"].items():
+        ref = timings["as shipped"]["median_s"]
+        lines.append(f"| **batches of {int(batch):,}** | | |")
+        for name, t in timings.items():
+            lines.append(f"| {name} | {BATCH / t['median_s']:,.0f} | {ref / t['median_s']:.2f}x |")
     for batch, timings in result["train"].items():
         lines += ["", f"| bare training step, batch {batch} | examples/s | against dense, the same XLA |",
                   "|---|---|---|"]
@@ -152,11 +176,13 @@ def main(argv=None):
     x = speed._data(D, BATCH, seed=3)
     fns = log_prob_fns()
     ref = fns["as shipped"](x)
-    gap = float(tf.reduce_max(tf.abs(fns[f"feature-major, {BLOCKS} blocks"](x) - ref)))
-    runs = {k: speed._batches(fn, x, BATCH) for k, fn in fns.items()}
-    runs["matmul"] = speed._matmul_run()
-    log_prob = speed.interleaved(runs, args.rounds)
-    matmul = log_prob.pop("matmul")
+    gap = max(float(tf.reduce_max(tf.abs(fn(x) - ref))) for name, fn in fns.items() if name.startswith("feature"))
+    log_prob = {}
+    for batch in LOG_PROB_BATCHES:
+        runs = {k: speed._batches(fn, x, batch) for k, fn in fns.items()}
+        runs["matmul"] = speed._matmul_run()
+        log_prob[str(batch)] = speed.interleaved(runs, args.rounds)
+        matmul = log_prob[str(batch)].pop("matmul")
     train = {}
     for batch in (100, 1000):
         steps = {k: (lambda fn=fn: [fn() for _ in range(10)][-1]) for k, fn in train_fns(batch).items()}
