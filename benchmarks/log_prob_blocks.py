@@ -15,6 +15,9 @@ zeros skipped. Two measures, interleaved round by round (`speed.interleaved`):
     separate tensors, never sliced or concatenated: output block ``c`` is the sum of one
     matmul per input block it sees, so the copies become additions).
 
+A third table gives the matmul rate of one block against its width at batch 10,000: the
+ceiling of any layout that splits a 512-unit layer into blocks.
+
     python benchmarks/log_prob_blocks.py
     python benchmarks/log_prob_blocks.py --rounds 2 --points 20000   # a smoke run
 
@@ -108,6 +111,19 @@ def chain_fns() -> dict:
     return fns
 
 
+BLOCK_WIDTHS = (512, 256, 128, 64)
+
+
+def block_rate_fns() -> dict:
+    """``[BATCH, w] @ [w, w]`` for each block width ``w``: a block's matmul alone."""
+    rng = np.random.default_rng(0)
+    fns = {}
+    for w in BLOCK_WIDTHS:
+        kernel = tf.constant(rng.normal(size=(w, w)).astype(np.float32))
+        fns[w] = tf.function(lambda x, kernel=kernel: x @ kernel)
+    return fns
+
+
 def markdown(result) -> str:
     lines = ["## Config A's `log_prob` against the kernels' storage (`benchmarks/log_prob_blocks.py`)", "",
              f"Command: `{result['command']}` ({result['machine']}); batches of {BATCH:,}, medians of "
@@ -121,7 +137,10 @@ def markdown(result) -> str:
             lines.append(f"| {name} | {value:,.0f} | {ref / t['median_s']:.2f}x |" if key == "log_prob"
                          else f"| {name} | {value:.2f} | {ref / t['median_s']:.2f}x |")
         lines.append("")
-    return "\n".join(lines)
+    lines += ["| one block's matmul, `[10,000, w] x [w, w]` | GFLOP/s | against w = 512 |", "|---|---|---|"]
+    rates = {w: 2 * 10 * BATCH * int(w) ** 2 / t["median_s"] / 1e9 for w, t in result["block_rate"].items()}
+    lines += [f"| w = {w} | {r:.0f} | {r / rates[str(BLOCK_WIDTHS[0])]:.2f} |" for w, r in rates.items()]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
@@ -137,8 +156,11 @@ def main(argv=None):
     matmul = log_prob.pop("matmul")
     x = points[:BATCH]
     chain = speed.interleaved({k: speed._batches(fn, x, BATCH) for k, fn in chain_fns().items()}, args.rounds)
+    widths = {str(w): speed._batches(fn, speed._data(w, 10 * BATCH), BATCH) for w, fn in block_rate_fns().items()}
+    block_rate = speed.interleaved(widths, args.rounds)
     result = {**run_info("log_prob_blocks.py", argv), "rounds": args.rounds, "points": args.points,
-              "matmul_gflops": speed.MATMUL_FLOPS / matmul["median_s"] / 1e9, "log_prob": log_prob, "chain": chain}
+              "matmul_gflops": speed.MATMUL_FLOPS / matmul["median_s"] / 1e9, "log_prob": log_prob, "chain": chain,
+              "block_rate": block_rate}
     return report(args.out, result, markdown)
 
 
