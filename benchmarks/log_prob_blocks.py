@@ -112,6 +112,7 @@ def chain_fns() -> dict:
 
 
 BLOCK_WIDTHS = (512, 256, 128, 64)
+BLOCK_POINTS = 10 * BATCH  # ten batches a timed run: one matmul alone is too short to time
 
 
 def block_rate_fns() -> dict:
@@ -138,7 +139,7 @@ def markdown(result) -> str:
                          else f"| {name} | {value:.2f} | {ref / t['median_s']:.2f}x |")
         lines.append("")
     lines += ["| one block's matmul, `[10,000, w] x [w, w]` | GFLOP/s | against w = 512 |", "|---|---|---|"]
-    rates = {w: 2 * 10 * BATCH * int(w) ** 2 / t["median_s"] / 1e9 for w, t in result["block_rate"].items()}
+    rates = {w: 2 * BLOCK_POINTS * int(w) ** 2 / t["median_s"] / 1e9 for w, t in result["block_rate"].items()}
     lines += [f"| w = {w} | {r:.0f} | {r / rates[str(BLOCK_WIDTHS[0])]:.2f} |" for w, r in rates.items()]
     return "\n".join(lines) + "\n"
 
@@ -156,7 +157,7 @@ def main(argv=None):
     matmul = log_prob.pop("matmul")
     x = points[:BATCH]
     chain = speed.interleaved({k: speed._batches(fn, x, BATCH) for k, fn in chain_fns().items()}, args.rounds)
-    widths = {str(w): speed._batches(fn, speed._data(w, 10 * BATCH), BATCH) for w, fn in block_rate_fns().items()}
+    widths = {str(w): speed._batches(fn, speed._data(w, BLOCK_POINTS), BATCH) for w, fn in block_rate_fns().items()}
     block_rate = speed.interleaved(widths, args.rounds)
     result = {**run_info("log_prob_blocks.py", argv), "rounds": args.rounds, "points": args.points,
               "matmul_gflops": speed.MATMUL_FLOPS / matmul["median_s"] / 1e9, "log_prob": log_prob, "chain": chain,
