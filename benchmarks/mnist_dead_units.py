@@ -36,9 +36,13 @@ def dead_units(model, x) -> int:
     return int(((pre_activation > 0).mean(0) == 0).sum())
 
 
-def run(splits, name, learning_rate):
+def run(splits, name, learning_rate, init=None):
+    """Dead units after each of ``STEPS`` and the validation log-likelihood after the last.
+    ``init(model)``, if given, sets the weights before training (`mnist_made_init.py`)."""
     keras.utils.set_random_seed(0)
     model = zoo.build(name, splits.event_size, **presets.model_kwargs("mnist"), seed=0)
+    if init is not None:
+        init(model)
     model.compile(optimizer=keras.optimizers.Adam(learning_rate), jit_compile=True, steps_per_execution=10)
     pipelines = splits.pipelines(100, seed=0)
     x = splits.x_train[:5000]

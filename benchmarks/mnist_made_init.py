@@ -26,27 +26,23 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from _common import RESULTS, run_info, save  # noqa: E402
-from mnist_dead_units import STEPS, dead_units  # noqa: E402
+from mnist_dead_units import STEPS, run  # noqa: E402
 
 from keras_models import experiment, presets, training, zoo  # noqa: E402
-from tfp_maf import apply_masks  # noqa: E402
 
 INITS = ("ours", "published")
 
 
 def published_init(model, seed: int = 0) -> None:
-    """Every kernel of the model's MADE drawn as ``randn / sqrt(fan_in + 1)``, biases zero."""
+    """Every kernel of the model's MADE drawn as ``randn / sqrt(fan_in + 1)``, biases zero.
+
+    Written as a file would be (a dense kernel and a bias per layer): `MaskedDense` puts
+    the kernel into its storage, dense or in degree blocks, and applies its mask."""
     rng = np.random.default_rng(seed)
     for layer in [*model.mades[0].hidden_layers, model.mades[0].output_layer]:
-        dense = (rng.normal(size=layer.mask.shape) / np.sqrt(layer.mask.shape[0] + 1)).astype(np.float32)
-        if layer.layout is None:
-            layer.kernel.assign(dense)
-        else:  # kernels stored in degree blocks: each block its part of the dense draw
-            for block, value in zip(layer.kernel_blocks, layer.layout.split(dense), strict=True):
-                if block is not None:
-                    block.assign(value)
-        layer.bias.assign(np.zeros(layer.bias.shape, np.float32))
-    apply_masks(model)
+        fan_in, units = layer.mask.shape
+        layer.load_own_variables({"0": (rng.normal(size=(fan_in, units)) / np.sqrt(fan_in + 1)).astype(np.float32),
+                                  "1": np.zeros(units, np.float32)})
 
 
 def made(splits, init: str):
@@ -58,18 +54,9 @@ def made(splits, init: str):
 
 
 def dead_rows(splits) -> list:
-    rows = []
-    for init in INITS:
-        model, pipelines, done = made(splits, init), splits.pipelines(100, seed=0), 0
-        row = {"init": init, "dead": {}}
-        for steps in STEPS:
-            model.fit(pipelines.train.take(steps - done), epochs=1, verbose=0, shuffle=False)
-            done = steps
-            row["dead"][steps] = dead_units(model, splits.x_train[:5000])
-        row["val_log_likelihood_after_500_steps"] = -float(model.evaluate(pipelines.validation, verbose=0))
-        print(row, flush=True)
-        rows.append(row)
-    return rows
+    """`mnist_dead_units.run` at the paper's step size, under each initialisation."""
+    return [{"init": init, **run(splits, "made", 1e-3, published_init if init == "published" else None)}
+            for init in INITS]
 
 
 def trained_row(splits, epochs: int) -> dict:
