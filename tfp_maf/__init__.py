@@ -39,7 +39,7 @@ from tfp_maf.layers import (
     apply_masks,
 )
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "MADE",  # deprecated: MADENetwork
