@@ -125,7 +125,12 @@ def _progress(args) -> list:
 
 
 def cmd_reproduce(args) -> dict:
-    from keras_models import experiment, figures
+    from keras_models import experiment
+    from keras_models._optional import require
+
+    if not args.no_figures:  # before hours of training, not after the first model
+        require("matplotlib", "tfp-maf reproduce (without --no-figures)")
+    from keras_models import figures
 
     models = args.models or list(experiment.TABLE_MODELS)
     figure_dir = Path(args.results) / "figures"
@@ -313,12 +318,13 @@ def _import_tensorflow_quietly() -> None:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     _import_tensorflow_quietly()
+    from keras_models._optional import MissingOptionalDependency
     from keras_models.data import DatasetFileNotFoundError
 
     try:
         result = args.func(args)
-    except (DatasetFileNotFoundError, ValueError) as err:
-        # Bad input: the message names what was expected; a traceback adds nothing.
+    except (DatasetFileNotFoundError, MissingOptionalDependency, ValueError) as err:
+        # Bad input or a missing extra: the message says what to do; a traceback adds nothing.
         raise SystemExit(f"tfp-maf: {err}") from err
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")

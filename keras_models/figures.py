@@ -18,12 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_models._optional import require
+
 __all__ = ["gaussian_kl", "marginal_ks", "save_class_samples", "save_figure1", "save_for_model", "u_space_diagnostic"]
 
 
 def _pyplot():
-    import matplotlib
-
+    matplotlib = require("matplotlib", "the figures (keras_models.figures)")
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 

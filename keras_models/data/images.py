@@ -22,6 +22,7 @@ import pickle
 
 import numpy as np
 
+from keras_models._optional import require
 from keras_models.data._files import check_width, data_root, dataset_file, reading
 from keras_models.data.splits import Splits
 
@@ -194,8 +195,7 @@ def _tail(pair, n):
 
 def _tfds_arrays(name, data_dir):
     """``((x_train, labels), (x_test, labels))`` from an already prepared tfds dataset."""
-    import tensorflow_datasets as tfds
-
+    tfds = require("tensorflow_datasets", f"the tfds source of {name}")
     try:
         splits = tfds.load(name, split=["train", "test"], data_dir=data_dir, as_supervised=True,
                            download=False)

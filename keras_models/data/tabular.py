@@ -21,6 +21,7 @@ from collections import Counter
 
 import numpy as np
 
+from keras_models._optional import require
 from keras_models.data._files import check_width, data_root, dataset_file, reading
 from keras_models.data.splits import Splits, standardize, tail_split
 
@@ -122,7 +123,7 @@ def preprocess_gas(frame):
 
 def load_gas(data_dir=None) -> Splits:
     """GAS from ``<root>/gas/ethylene_CO.pickle`` (a pandas DataFrame); see ``preprocess_gas``."""
-    import pandas as pd
+    pd = require("pandas", "the GAS loader")
 
     path = dataset_file(data_root(data_dir), "gas", "gas", "ethylene_CO.pickle")
     with reading(path, "gas", "a pickled pandas DataFrame"):
@@ -185,7 +186,7 @@ def preprocess_hepmass(train_frame, test_frame):
 
 def load_hepmass(data_dir=None) -> Splits:
     """HEPMASS from ``<root>/hepmass/1000_train.csv`` and ``1000_test.csv``."""
-    import pandas as pd
+    pd = require("pandas", "the HEPMASS loader")
 
     root = data_root(data_dir)
     frames = []

@@ -23,9 +23,11 @@ prepared records. MNIST and CIFAR-10 use the standard tfds ``mnist`` and ``cifar
 from __future__ import annotations
 
 import numpy as np
-import tensorflow_datasets as tfds
 
+from keras_models._optional import require
 from keras_models.data import tabular
+
+tfds = require("tensorflow_datasets", "keras_models.data.tfds_builders")
 
 __all__ = ["MafBsds300", "MafGas", "MafHepmass", "MafMiniboone", "MafPower"]
 
