@@ -207,8 +207,20 @@ def cmd_export(args) -> dict:
     return {"saved_model": target, "signatures": ["serve", "log_prob", "sample"]}
 
 
+def _version() -> str:
+    """The installed distribution's version (tfp_maf.__version__ at build time), read
+    without importing TensorFlow."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("tfp-maf")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "(not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tfp-maf", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a model; writes model.keras and metrics.json to --out")
