@@ -24,7 +24,7 @@ __all__ = ["gaussian_kl", "marginal_ks", "save_class_samples", "save_figure1", "
 
 
 def _pyplot():
-    matplotlib = require("matplotlib", "the figures (keras_models.figures)")
+    matplotlib = require("matplotlib", "keras_models.figures")
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 

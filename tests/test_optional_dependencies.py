@@ -46,7 +46,7 @@ def test_the_paper_extra_exists_and_the_core_does_not_need_it():
 FEATURES = {
     "gas": ("from keras_models.data import load_gas as call", "the GAS loader"),
     "hepmass": ("from keras_models.data import load_hepmass as call", "the HEPMASS loader"),
-    "figures": ("from keras_models.figures import _pyplot as call", "the figures"),
+    "figures": ("from keras_models.figures import _pyplot as call", "keras_models.figures"),
     "tfds": ("from keras_models.data import load_mnist\n"
              "call = lambda: load_mnist(source='tfds')", "the tfds source of mnist"),
     "tfds_builders": ("call = lambda: __import__('keras_models.data.tfds_builders')",
