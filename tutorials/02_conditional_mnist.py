@@ -9,7 +9,8 @@ as in the paper, for ``--max-minutes``):
 MNIST is read from ``<data-dir>/mnist/mnist.pkl.gz`` (default: ``../shared/data`` next to
 this repository, else ``$TFP_MAF_DATA``). The paper's preprocessing: dequantize, scale to
 [0, 1], logit-transform with lambda = 1e-6; the densities are in logit space, and
-bits per pixel translate them back to pixel space (appendix E).
+bits per pixel translate them back to pixel space (appendix E). The samples are drawn to a
+PNG with matplotlib, from the paper extra: ``pip install "tfp-maf[paper]"``.
 """
 
 from __future__ import annotations
