@@ -295,24 +295,3 @@ def test_log_scale_bound_is_exact_inside_its_knee(kind):
         free.inverse_log_det_jacobian(x, event_ndims=1),
         bounded.inverse_log_det_jacobian(x, event_ndims=1),
     )
-
-
-def test_tfp_s_private_cache_is_what_our_cache_builds_on():
-    # `tfp_maf.bijectors._cache` subclasses TFP's private cache and gives TFP's shared
-    # cache its storage; pyproject.toml pins the TFP releases where that holds.
-    import re
-    from pathlib import Path
-
-    import tensorflow_probability as tfp
-    from tensorflow_probability.python.bijectors import bijector as tfp_bijector
-    from tensorflow_probability.python.internal import cache_util
-
-    from tfp_maf.bijectors import _cache
-
-    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
-    low, high = re.search(r'"tensorflow-probability\[tf\]>=([\d.]+),<([\d.]+)"', pyproject).groups()
-    version = tuple(int(p) for p in tfp.__version__.split(".")[:2])
-    as_tuple = lambda v: tuple(int(p) for p in v.split(".")[:2])  # noqa: E731
-    assert as_tuple(low) <= version < as_tuple(high), (tfp.__version__, low, high)
-    assert issubclass(_cache.GreedyGraphOnlyCache, cache_util.BijectorCacheWithGreedyAttrs)
-    assert tfp_bijector.Bijector.__dict__["_cache"].storage is _cache.GRAPH_LOCAL

@@ -7,7 +7,8 @@ traced tensors and so the whole graph. Keras' optimizer makes one such function
 per train-step trace (its all-reduce of the gradients, even on one device), so
 every model a process trains (a sweep, the ``reproduce`` runner) stayed in memory
 after it was deleted. (What TFP's bijector cache held is released in
-`tfp_maf.bijectors._cache`.)
+`tfp_maf.bijectors._cache`.) TF has no public way to do either: the private names
+live in `tfp_maf._compat`, and where they are missing nothing is released or marked.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 import contextlib
 
 import tensorflow as tf
-from tensorflow.python.framework import ops
+
+from tfp_maf._compat import gradient_registry, omit_retracing_warning, python_function
 
 __all__ = ["custom_gradients_released", "mark_traced_on_purpose", "traced_on_purpose"]
 
@@ -30,10 +32,10 @@ def custom_gradients_released():
     the tape's gradient, then the optimizer's update), so that nothing ever asks
     for these functions again. Eagerly, nothing is registered and this does nothing.
     """
-    if tf.executing_eagerly():
+    registry = None if tf.executing_eagerly() else gradient_registry()
+    if registry is None:
         yield
         return
-    registry = ops._gradient_registry._registry  # TF keeps no public way to unregister
     before = set(registry)
     try:
         yield
@@ -48,7 +50,7 @@ def traced_on_purpose(fn, **kwargs):
     flow, every chunk size traces the same function once, by design and a bounded number
     of times, which TF would report as a retracing problem."""
     function = tf.function(fn, **kwargs)
-    function._omit_frequent_tracing_warning = True
+    omit_retracing_warning(function)
     return function
 
 
@@ -69,9 +71,9 @@ def mark_traced_on_purpose(fn, depth: int = 4) -> None:
         if id(f) in seen or level > depth:
             return
         seen.add(id(f))
-        if isinstance(f, tf.types.experimental.PolymorphicFunction) and hasattr(f, "_python_function"):
-            f._omit_frequent_tracing_warning = True
-            f = f._python_function
+        if isinstance(f, tf.types.experimental.PolymorphicFunction):
+            omit_retracing_warning(f)
+            f = python_function(f)
         for cell in getattr(f, "__closure__", None) or ():
             try:
                 inner = cell.cell_contents

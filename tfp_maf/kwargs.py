@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import tensorflow_probability as tfp
 
-# TFP builds a `_Chain` / `_Invert` / `_TransformedDistribution` (not the public
-# subclass) when the parts are not CompositeTensors, as ours (holding Keras layers)
-# are not.
-from tensorflow_probability.python.bijectors.chain import _Chain
-from tensorflow_probability.python.bijectors.invert import _Invert
-from tensorflow_probability.python.distributions.transformed_distribution import (
-    _TransformedDistribution,
-)
-
 from tfp_maf._checks import as_conditional_input
+
+# TFP builds a non-composite base of `tfb.Chain` / `tfb.Invert` /
+# `tfd.TransformedDistribution` (not the public class) when the parts are not
+# CompositeTensors, as ours (holding Keras layers) are not.
+from tfp_maf._compat import CHAIN_TYPES, INVERT_TYPES, TRANSFORMED_DISTRIBUTION_TYPES
 from tfp_maf.bijectors.affine_coupling import AffineCoupling
 from tfp_maf.bijectors.exp_gamma_batch_norm import ExpGammaBatchNorm
 from tfp_maf.bijectors.masked_autoregressive import MaskedAutoregressive
@@ -64,9 +60,9 @@ def flow_kwargs(bijector, conditional_input=None, training=None) -> dict:
 
 
 def _route(bijector, conditional_input, training, seen) -> dict:
-    if isinstance(bijector, _Invert):
+    if isinstance(bijector, INVERT_TYPES):
         return _route(bijector.bijector, conditional_input, training, seen)
-    if isinstance(bijector, _Chain):
+    if isinstance(bijector, CHAIN_TYPES):
         routed = {}
         for part in bijector.bijectors:
             kw = _route(part, conditional_input, training, seen)
@@ -130,14 +126,14 @@ def bind_kwargs(distribution, conditional_input=None, training=None):
         if conditional_input is None:
             return distribution
         return distribution.copy(conditional_input=conditional_input)
-    if not isinstance(distribution, _TransformedDistribution):
+    if not isinstance(distribution, TRANSFORMED_DISTRIBUTION_TYPES):
         raise TypeError(
             "bind_kwargs expects a tfd.TransformedDistribution or a tfp_maf.MADEMoG, got "
             f"{type(distribution).__name__}."
         )
     bound = flow_kwargs(distribution.bijector, conditional_input, training)
     base = distribution.distribution
-    if isinstance(base, MADEMoG | _TransformedDistribution):
+    if isinstance(base, (MADEMoG, *TRANSFORMED_DISTRIBUTION_TYPES)):
         base = bind_kwargs(base, conditional_input, training)
 
     def split(kwargs):

@@ -20,15 +20,18 @@ log-det at that very ``x``, which would otherwise re-run the D-pass forward
 of a MAF. (A caller who keeps ``x`` across a weight update and then asks for
 its forward log-det gets the value from before the update, as TFP would.)
 
-Graph entries live on the graph they belong to (`GRAPH_LOCAL`). TFP 0.25 keeps
-them in one dictionary per process, keyed by weak references to input tensors,
-with values that hold the log-det tensors: a value holds its graph, the graph
-holds the input, so the weak key never dies and every graph ever traced (a
-deleted model's train step, its samplers) stays in memory. Importing
-`tfp_maf.bijectors` therefore gives TFP's shared cache the same storage.
-Lookups behave as before: entries made anywhere within one `tf.function` trace
-(nested loop and branch graphs included) are found anywhere within it; traces
-never share symbolic tensors, so nothing found before is missed now.
+Graph entries live on the graph they belong to (`GRAPH_LOCAL`). TFP 0.25's bijectors
+share one process-wide dictionary, keyed by weak references to input tensors, with
+values that hold the log-det tensors: a value holds its graph, the graph holds the
+input, so the weak key never dies and every graph ever traced (a deleted model's train
+step, its samplers) stays in memory. Our bijectors, and the chain that the zoo's models
+build (`GraphLocalChain`), keep their entries on `GRAPH_LOCAL` instead; TFP's own
+bijectors keep theirs where TFP does. Lookups behave as TFP's: entries made anywhere
+within one `tf.function` trace (nested loop and branch graphs included) are found
+anywhere within it; traces never share symbolic tensors.
+
+TFP's cache classes are private (`tfp_maf._compat.cache_util`); without them our
+bijectors use TFP's default cache, and `log_prob` runs each network twice.
 """
 
 from __future__ import annotations
@@ -36,15 +39,14 @@ from __future__ import annotations
 import weakref
 
 import tensorflow as tf
-from tensorflow.python.framework.func_graph import FuncGraph
-from tensorflow_probability.python.bijectors import bijector as tfp_bijector
-from tensorflow_probability.python.internal import cache_util
 
-__all__ = ["GRAPH_LOCAL", "GreedyGraphOnlyCache"]
+from tfp_maf._compat import NonCompositeChain, cache_util, outermost_graph
+
+__all__ = ["GRAPH_LOCAL", "GraphLocalChain", "greedy_graph_only_cache"]
 
 
 class _GraphLocalStorage:
-    """The storage of a `cache_util.BijectorCache`, one `EphemeralDict` per traced graph.
+    """The storage of a TFP bijector cache, one `EphemeralDict` per traced graph.
 
     Routes every access to the dictionary of the outermost `tf.function` graph being
     traced (kept as an attribute of that graph, so it goes with it), and eagerly to the
@@ -55,11 +57,9 @@ class _GraphLocalStorage:
 
     @classmethod
     def current(cls) -> cache_util.EphemeralDict:
-        graph = tf.compat.v1.get_default_graph()
         # A while-loop body or a cond branch is a graph nested in the trace; tensors
         # cross between them, so they share the trace's entries.
-        while isinstance(graph, FuncGraph) and isinstance(graph.outer_graph, FuncGraph):
-            graph = graph.outer_graph
+        graph = outermost_graph(tf.compat.v1.get_default_graph())
         storage = getattr(graph, cls._ATTRIBUTE, None)
         if storage is None:
             storage = cache_util.EphemeralDict()
@@ -87,10 +87,20 @@ class _GraphLocalStorage:
         return self.current().keys()
 
 
-#: The storage of tfp_maf's bijector caches and, once `tfp_maf.bijectors` is imported, of
-#: the cache that TFP's own bijectors share (`tfb.Chain`, `tfb.Permute`, ...).
+#: The storage of tfp_maf's bijector caches.
 GRAPH_LOCAL = _GraphLocalStorage()
-tfp_bijector.Bijector.__dict__["_cache"].storage = GRAPH_LOCAL
+
+
+class GraphLocalChain(NonCompositeChain):
+    """The chain of TFP's `tfb.Chain` (same routing, same results) whose cache entries
+    live on `GRAPH_LOCAL`, so that a model's traces die with the model.
+
+    For chains whose parts hold Keras layers (not CompositeTensors), for which
+    `tfb.Chain(...)` builds the same class.
+    """
+
+    if cache_util is not None:
+        _cache = cache_util.BijectorCache(storage=GRAPH_LOCAL)
 
 
 # (id(bijector), id(output)) -> (weakref to output, bijector, function that made the
@@ -99,39 +109,47 @@ tfp_bijector.Bijector.__dict__["_cache"].storage = GRAPH_LOCAL
 _EAGER_OUTPUTS: dict = {}
 
 
-class GreedyGraphOnlyCache(cache_util.BijectorCacheWithGreedyAttrs):
-    """Greedy-attribute cache: TFP's in graph mode (on `GRAPH_LOCAL`), output-keyed when eager."""
+def greedy_graph_only_cache(forward_name: str, inverse_name: str):
+    """A `GreedyGraphOnlyCache` calling the bijector's ``forward_name`` and
+    ``inverse_name`` (which return ``(value, attrs)``), or None without TFP's cache classes."""
+    return None if cache_util is None else _GreedyGraphOnlyCache(forward_name=forward_name, inverse_name=inverse_name)
 
-    def __init__(self, *args, storage=None, **kwargs):
-        super().__init__(*args, storage=GRAPH_LOCAL if storage is None else storage, **kwargs)
 
-    def _eager_entry(self, tensor, kwargs):
-        entry = _EAGER_OUTPUTS.get((id(self.bijector), id(tensor)))
-        if entry is None or entry[0]() is not tensor or entry[1] is not self.bijector:
-            return None
-        same_kwargs = entry[5].keys() == kwargs.keys() and all(
-            entry[5][k] is v for k, v in kwargs.items()  # e.g. the same conditional_input
-        )
-        return entry if same_kwargs else None
+if cache_util is not None:
 
-    def _lookup(self, input, forward_name, inverse_name, **kwargs):  # noqa: A002
-        if not tf.executing_eagerly():
-            return super()._lookup(input, forward_name, inverse_name, **kwargs)
-        entry = self._eager_entry(input, kwargs)
-        if entry is not None and entry[2] == inverse_name:
-            return entry[3]  # `input` came out of the opposite direction: undo it exactly.
-        attrs = {}
-        output = self._invoke(input, forward_name, kwargs, attrs)
-        key = (id(self.bijector), id(output))
-        try:
-            ref = weakref.ref(output, lambda _, k=key: _EAGER_OUTPUTS.pop(k, None))
-        except TypeError:  # not weak-referenceable (a NumPy array, say): nothing to remember
+    class _GreedyGraphOnlyCache(cache_util.BijectorCacheWithGreedyAttrs):
+        """Greedy-attribute cache: TFP's in graph mode (on `GRAPH_LOCAL`), output-keyed when eager."""
+
+        def __init__(self, *args, storage=None, **kwargs):
+            super().__init__(*args, storage=GRAPH_LOCAL if storage is None else storage, **kwargs)
+
+        def _eager_entry(self, tensor, kwargs):
+            entry = _EAGER_OUTPUTS.get((id(self.bijector), id(tensor)))
+            if entry is None or entry[0]() is not tensor or entry[1] is not self.bijector:
+                return None
+            same_kwargs = entry[5].keys() == kwargs.keys() and all(
+                entry[5][k] is v for k, v in kwargs.items()  # e.g. the same conditional_input
+            )
+            return entry if same_kwargs else None
+
+        def _lookup(self, input, forward_name, inverse_name, **kwargs):  # noqa: A002
+            if not tf.executing_eagerly():
+                return super()._lookup(input, forward_name, inverse_name, **kwargs)
+            entry = self._eager_entry(input, kwargs)
+            if entry is not None and entry[2] == inverse_name:
+                return entry[3]  # `input` came out of the opposite direction: undo it exactly.
+            attrs = {}
+            output = self._invoke(input, forward_name, kwargs, attrs)
+            key = (id(self.bijector), id(output))
+            try:
+                ref = weakref.ref(output, lambda _, k=key: _EAGER_OUTPUTS.pop(k, None))
+            except TypeError:  # not weak-referenceable (a NumPy array, say): nothing to remember
+                return output
+            _EAGER_OUTPUTS[key] = (ref, self.bijector, forward_name, input, attrs, dict(kwargs))
             return output
-        _EAGER_OUTPUTS[key] = (ref, self.bijector, forward_name, input, attrs, dict(kwargs))
-        return output
 
-    def _attributes(self, input, fn_name, **kwargs):  # noqa: A002
-        if not tf.executing_eagerly():
-            return super()._attributes(input, fn_name, **kwargs)
-        entry = self._eager_entry(input, kwargs)
-        return entry[4] if entry is not None else {}
+        def _attributes(self, input, fn_name, **kwargs):  # noqa: A002
+            if not tf.executing_eagerly():
+                return super()._attributes(input, fn_name, **kwargs)
+            entry = self._eager_entry(input, kwargs)
+            return entry[4] if entry is not None else {}

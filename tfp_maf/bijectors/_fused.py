@@ -18,7 +18,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from tfp_maf.bijectors._cache import GreedyGraphOnlyCache
+from tfp_maf.bijectors._cache import greedy_graph_only_cache
 
 tfb = tfp.bijectors
 
@@ -34,7 +34,10 @@ def dtype_of(layer) -> tf.DType | None:
 class FusedBijector(tfb.Bijector):
     """A `tfb.Bijector` defined by its fused passes (see the module docstring)."""
 
-    _cache = GreedyGraphOnlyCache(forward_name="_augmented_forward", inverse_name="_augmented_inverse")
+    _greedy = greedy_graph_only_cache(forward_name="_augmented_forward", inverse_name="_augmented_inverse")
+    if _greedy is not None:  # else TFP's default cache (`tfp_maf._compat.cache_util`)
+        _cache = _greedy
+    del _greedy
 
     def _forward_and_log_det(self, u, **kwargs):
         raise NotImplementedError

@@ -1,0 +1,164 @@
+"""`tfp_maf._compat`: every private name it reads exists on the installed TF, TFP and
+Keras (`.ci/run` runs this on both ends of the supported range), and importing
+tfp-maf changes nothing of theirs."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from tfp_maf import _compat
+
+tfb, tfd = tfp.bijectors, tfp.distributions
+
+
+def test_cache_util_has_the_cache_classes_our_bijectors_use():
+    assert _compat.cache_util is not None
+    from tfp_maf.bijectors._fused import FusedBijector
+
+    # The greedy cache is in place: the log-det comes from the pass that gave the value.
+    assert isinstance(FusedBijector._cache, _compat.cache_util.BijectorCacheWithGreedyAttrs)
+
+
+def test_non_composite_classes_are_what_tfp_builds_for_parts_holding_layers():
+    from tfp_maf import MADENetwork, MaskedAutoregressive
+
+    maf = MaskedAutoregressive(MADENetwork(2, hidden_units=[4], seed=0), name="maf")
+    chain, invert = tfb.Chain([maf]), tfb.Invert(maf)
+    flow = tfd.TransformedDistribution(tfd.MultivariateNormalDiag(loc=np.zeros(2, np.float32)), chain)
+    assert not isinstance(chain, tfb.Chain) and isinstance(chain, _compat.CHAIN_TYPES)
+    assert type(chain) is _compat.NonCompositeChain
+    assert not isinstance(invert, tfb.Invert) and isinstance(invert, _compat.INVERT_TYPES)
+    assert isinstance(flow, _compat.TRANSFORMED_DISTRIBUTION_TYPES)
+    # The public classes are recognised too.
+    assert isinstance(tfb.Chain([tfb.Exp()]), _compat.CHAIN_TYPES)
+    assert isinstance(tfb.Invert(tfb.Exp()), _compat.INVERT_TYPES)
+
+
+def test_gradient_registry_holds_what_custom_gradient_registers():
+    registry = _compat.gradient_registry()
+    assert isinstance(registry, dict)
+    before = set(registry)
+
+    @tf.custom_gradient
+    def double(x):
+        return 2 * x, lambda dy: 2 * dy
+
+    tf.function(lambda x: double(x)).get_concrete_function(tf.TensorSpec([], tf.float32))
+    assert any(name.startswith("CustomGradient-") for name in set(registry) - before)
+
+
+def test_custom_gradients_released_removes_what_a_trace_registered():
+    from tfp_maf._graph_memory import custom_gradients_released
+
+    registry = _compat.gradient_registry()
+
+    @tf.custom_gradient
+    def double(x):
+        return 2 * x, lambda dy: 2 * dy
+
+    def step(x):
+        with custom_gradients_released(), tf.GradientTape() as tape:
+            tape.watch(x)
+            y = double(x)
+        return tape.gradient(y, x)
+
+    before = set(registry)
+    concrete = tf.function(step).get_concrete_function(tf.TensorSpec([], tf.float32))
+    assert set(registry) == before
+    assert float(concrete(tf.constant(1.0))) == 2.0
+
+
+def test_retracing_flag_and_python_function_exist_on_tf_functions():
+    def fn(x):
+        return x
+
+    function = tf.function(fn)
+    assert _compat.python_function(function) is fn
+    assert hasattr(function, "_omit_frequent_tracing_warning")
+    _compat.omit_retracing_warning(function)
+    assert function._omit_frequent_tracing_warning is True
+
+
+def test_outermost_graph_climbs_out_of_loop_bodies():
+    found = {}
+
+    @tf.function
+    def fn(x):
+        outer = tf.compat.v1.get_default_graph()
+
+        def body(i):
+            found["body"] = _compat.outermost_graph(tf.compat.v1.get_default_graph()) is outer
+            return i + 1
+
+        found["top"] = _compat.outermost_graph(outer) is outer
+        return tf.while_loop(lambda i: i < 3, body, [x])
+
+    fn(tf.constant(0))
+    assert found == {"body": True, "top": True}
+    eager = tf.compat.v1.get_default_graph()
+    assert _compat.outermost_graph(eager) is eager
+
+
+def test_keras_tracks_sublayers_where_our_walk_looks():
+    """`tfp_maf._tracking.sublayers` finds the layers a model holds in attributes and lists."""
+    import keras_models as km
+    from tfp_maf._tracking import sublayers
+
+    model = km.MAF(3, hidden_units=[8], num_layers=2)
+    names = {layer.name for layer in sublayers(model)}
+    assert {"made_0", "made_1", "batch_norm_0", "batch_norm_1"} <= names
+    assert len(sublayers(model)) == len({id(layer) for layer in sublayers(model)})
+    assert sublayers(model, include_self=False)[0] is not model
+
+
+_SNAPSHOT = textwrap.dedent(
+    """
+    import inspect, json, sys
+    import keras, tensorflow as tf, tensorflow_probability as tfp
+
+    def classes():
+        spaces = [tf, tfp.bijectors, tfp.distributions, tfp.math, keras, keras.layers, keras.optimizers,
+                  keras.saving, keras.callbacks, keras.metrics, keras.losses, keras.export]
+        out = {}
+        for space in spaces:
+            for name, value in vars(space).items():
+                if inspect.isclass(value):
+                    out[f"{value.__module__}.{value.__qualname__}"] = value
+        return out
+
+    def snapshot():
+        from tensorflow.python.framework import ops  # the test may read what the product may not
+        from tensorflow_probability.python.internal import cache_util  # noqa: F401
+        cache = tfp.bijectors.Bijector.__dict__["_cache"]
+        return {
+            "bijector_cache_storage": [type(cache.storage).__name__, id(cache.storage)],
+            "gradient_registry": sorted(ops._gradient_registry._registry),
+            "class_attributes": {name: {k: id(v) for k, v in vars(cls).items()}
+                                 for name, cls in sorted(classes().items())},
+        }
+
+    before = snapshot()
+    import tfp_maf, keras_models  # noqa: F401, E401
+    after = snapshot()
+    changed = {key: before[key] != after[key] for key in before}
+    changed_classes = sorted(name for name in before["class_attributes"]
+                             if before["class_attributes"][name] != after["class_attributes"].get(name))
+    print(json.dumps({"changed": changed, "classes": changed_classes,
+                      "new_gradients": sorted(set(after["gradient_registry"]) - set(before["gradient_registry"]))}))
+    """
+)
+
+
+def test_importing_tfp_maf_changes_nothing_of_tf_tfp_or_keras():
+    out = subprocess.run([sys.executable, "-c", _SNAPSHOT], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["changed"] == {"bijector_cache_storage": False, "gradient_registry": False,
+                                 "class_attributes": False}, report
+    assert keras.__version__  # the snapshot covered the installed Keras
