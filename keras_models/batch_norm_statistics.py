@@ -14,13 +14,14 @@ import numpy as np
 import tensorflow as tf
 
 from tfp_maf import BatchNormState, ExpGammaBatchNorm, flow_kwargs
+from tfp_maf._tracking import sublayers
 
 __all__ = ["BatchNormStatistics", "batch_norm_layers", "set_batch_norm_statistics"]
 
 
 def batch_norm_layers(model) -> list[BatchNormState]:
     """The layers that hold ``model``'s batch-norm statistics."""
-    return [layer for layer in model._flatten_layers() if isinstance(layer, BatchNormState)]
+    return [layer for layer in sublayers(model) if isinstance(layer, BatchNormState)]
 
 
 def set_batch_norm_statistics(model, x, y=None, batch_size: int = 10_000) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tfp_maf._tracking import sublayers
 from tfp_maf.layers.coupling import CouplingNetworks
 from tfp_maf.layers.made import MADENetwork, MaskedDense
 
@@ -40,7 +41,7 @@ def connection_weights(model) -> dict:
     """``{"connections": n, "conditional": m}``: unmasked kernel entries of the density
     network(s), and the entries of the kernels that read the conditional input ``y``."""
     connections = conditional = 0
-    for layer in model._flatten_layers(include_self=False):
+    for layer in sublayers(model, include_self=False):
         if isinstance(layer, MaskedDense):
             connections += int(np.sum(layer.mask))
         elif isinstance(layer, MADENetwork):

@@ -50,3 +50,32 @@ class LayerVariables:
         if self._lazy_layers:
             self._lazy_layers = not all(getattr(layer, "built", True) for layer in self._tracked_layers)
             self._layer_variables = _variables_of(self._tracked_layers)
+
+
+def sublayers(root, include_self: bool = True) -> list:
+    """``root`` (a Keras layer or model) and every Keras layer it holds, depth first,
+    each once, in the order their attributes were set.
+
+    A layer is found where Keras tracks it: in an attribute that holds it, or a list,
+    tuple or dict of layers. (Keras' own walk, ``Layer._flatten_layers``, is private;
+    ``Model.layers`` lists one level only.)
+    """
+    found, seen = [], set()
+
+    def walk(value):
+        if isinstance(value, keras.layers.Layer):
+            if id(value) in seen:
+                return
+            seen.add(id(value))
+            found.append(value)
+            for attribute in list(vars(value).values()):
+                walk(attribute)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item)
+        elif isinstance(value, dict):
+            for item in list(value.values()):
+                walk(item)
+
+    walk(root)
+    return found if include_self else found[1:]

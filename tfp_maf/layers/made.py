@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import warnings
 from collections.abc import Sequence
 
 import keras
@@ -44,10 +43,11 @@ import tensorflow as tf
 
 from tfp_maf import _checks, masks, sampling
 from tfp_maf._devices import check_device_kind
+from tfp_maf._tracking import sublayers
 from tfp_maf.layers.block_layout import BlockLayout, auto_blocks, reorder, staircase
 
 __all__ = [
-    "MADE", "MADENetwork", "MaskedDense", "apply_masks", "kernels_as_stored", "mask_gradients",
+    "MADENetwork", "MaskedDense", "apply_masks", "kernels_as_stored", "mask_gradients",
     "masked_gradient",
 ]
 
@@ -107,7 +107,7 @@ def mask_gradients(layer, gradients, variables) -> list:
     ``layer`` (a layer or model, itself included) multiplied by its mask: what
     `kernels_as_stored` leaves to the caller. Other gradients, and None, pass as
     they are."""
-    masks = {id(v): m for sub in layer._flatten_layers(include_self=True) if isinstance(sub, MaskedDense)
+    masks = {id(v): m for sub in sublayers(layer) if isinstance(sub, MaskedDense)
              for v, m in sub.kernel_masks()}
     return [g if g is None or id(v) not in masks else g * _mask_tensor(masks[id(v)], g.dtype)
             for g, v in zip(gradients, variables, strict=True)]
@@ -160,7 +160,7 @@ def apply_masks(layer) -> None:
     Needed only after writing a kernel variable directly (``kernel.assign``);
     training, `set_weights` and loading keep the zeros themselves.
     """
-    for sublayer in layer._flatten_layers(include_self=True):
+    for sublayer in sublayers(layer):
         if isinstance(sublayer, MaskedDense):
             sublayer.apply_mask()
 
@@ -666,27 +666,3 @@ class MADENetwork(keras.layers.Layer):
             kernel_blocks_device=self.kernel_blocks_device,
         )
         return config
-
-    @classmethod
-    def from_config(cls, config):
-        # A config without kernel_blocks was saved before degree blocks: its optimizer
-        # state (if any) is per dense kernel, so it is rebuilt dense. One without
-        # kernel_blocks_device (0.2) chose its blocks as a CPU does, on any device.
-        return cls(**{"kernel_blocks": 1, "kernel_blocks_device": "cpu", **config})
-
-
-@keras.saving.register_keras_serializable(package="tfp_maf")
-class MADE(MADENetwork):
-    """Deprecated name of `MADENetwork` (tfp-maf 0.1), kept for one release.
-
-    Keras stores the weights of a model's layers under their class names, so this
-    class keeps the paths of files saved by 0.1 (``layers/made``): models loaded from
-    such files are built from it, and code that built its own models from
-    ``tfp_maf.MADE`` still loads what it saved. (``keras_models.MADE``, the model, is
-    not deprecated.)
-    """
-
-    def __init__(self, *args, **kwargs):
-        warnings.warn("tfp_maf.MADE (the layer) is now tfp_maf.MADENetwork; the old name goes in 0.3.",
-                      DeprecationWarning, stacklevel=2)
-        super().__init__(*args, **kwargs)
