@@ -19,7 +19,6 @@ every kernel. The defaults suit small data.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import keras
@@ -28,11 +27,12 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 import tfp_maf
-from keras_models import _layer_names
+from keras_models import _kernel_layout
 from keras_models.density_model import DensityModel
 from tfp_maf._devices import check_device_kind
+from tfp_maf.bijectors._cache import GraphLocalChain
 
-tfd, tfb = tfp.distributions, tfp.bijectors
+tfd = tfp.distributions
 
 __all__ = ["MADE", "MAF", "Gaussian", "MADEMoG", "MAFMoG", "RealNVP", "build"]
 
@@ -47,7 +47,10 @@ def _standard_normal(event_size, dtype, y=None):
     """N(0, I) over ``D`` variables, with the batch shape of ``y`` (if given), so that a
     distribution p(x | y) draws one ``x`` per row of ``y``."""
     batch = tf.zeros([0], tf.int32) if y is None else tf.shape(y)[:-1]
-    return tfd.MultivariateNormalDiag(loc=tf.zeros(tf.concat([batch, [event_size]], 0), dtype=dtype))
+    # Independent normals, not `tfd.MultivariateNormalDiag`: the same density and draws,
+    # with no TFP bijector inside, whose process-wide cache would keep every trace.
+    loc = tf.zeros(tf.concat([batch, [event_size]], 0), dtype=dtype)
+    return tfd.Independent(tfd.Normal(loc=loc, scale=tf.ones([], dtype)), reinterpreted_batch_ndims=1)
 
 
 @keras.saving.register_keras_serializable(package="keras_models")
@@ -107,16 +110,11 @@ class Gaussian(DensityModel):
 class _FlowModel(DensityModel):
     """Shared plumbing of the flow models: kwargs routing and config.
 
-    ``legacy_layer_names`` is set by `from_config` for models loaded from files that
-    tfp-maf 0.1 saved: their layers then carry 0.1's class names, under which those
-    files hold the weights (`keras_models._layer_names`). Not a knob to set by hand.
-
     ``kernel_blocks``, ``kernel_blocks_device``: the MADEs' storage
     (`tfp_maf.MADENetwork`): ``"auto"`` stores large kernels in degree blocks on a CPU
     and dense on a GPU, 1 all dense; the densities are the same. A saved model loads
     with the storage it was saved with (the config records the device kind "auto"
-    chose for), so its optimizer state fits; models from files saved before blocks
-    existed (0.2 and older) are rebuilt dense for the same reason. Weights files
+    chose for), so its optimizer state fits. Weights files
     (``load_weights``, a run's backup) load into any storage, optimizer state included.
     """
 
@@ -132,13 +130,11 @@ class _FlowModel(DensityModel):
         seed: int = 0,
         log_scale_bound: float | None = None,
         hidden_degrees: str = "sequential",
-        legacy_layer_names: bool = False,
         kernel_blocks: int | str = "auto",
         kernel_blocks_device: str | None = None,
         **kwargs,
     ):
         super().__init__(event_size, conditional_dims, **kwargs)
-        self.legacy_layer_names = bool(legacy_layer_names)
         self.kernel_blocks = kernel_blocks
         self.kernel_blocks_device = check_device_kind(kernel_blocks_device)
         self.hidden_units = [int(h) for h in hidden_units]
@@ -151,8 +147,7 @@ class _FlowModel(DensityModel):
         self.hidden_degrees = hidden_degrees
 
     def _made(self, order, name, num_components=None, seed=0):
-        return self._layer(
-            tfp_maf.layers.made.MADE if self.legacy_layer_names else tfp_maf.MADENetwork,
+        return tfp_maf.MADENetwork(
             self.event_size, self.hidden_units, num_components=num_components,
             activation=self.activation, order=order, conditional_dims=self.conditional_dims,
             hidden_degrees=self.hidden_degrees, seed=seed, kernel_regularizer=_regularizer(self.l2),
@@ -161,29 +156,11 @@ class _FlowModel(DensityModel):
         )
 
     def _batch_norm(self, i):
-        return self._layer(
-            tfp_maf.layers.batch_norm.ExpGammaBatchNormalization if self.legacy_layer_names
-            else tfp_maf.BatchNormState,
-            self.event_size, dtype=self.dtype_policy, name=f"batch_norm_{i}",
-        )
-
-    @staticmethod
-    def _layer(cls, *args, **kwargs):
-        with warnings.catch_warnings():  # 0.1's names are deprecated for users, not for loading
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return cls(*args, **kwargs)
+        return tfp_maf.BatchNormState(self.event_size, dtype=self.dtype_policy, name=f"batch_norm_{i}")
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
-        with _layer_names.matching_weights(filepath, self.legacy_layer_names, self) as path:
+        with _kernel_layout.matching_weights(filepath, self) as path:
             super().load_weights(path, skip_mismatch=skip_mismatch, **kwargs)
-
-    @classmethod
-    def from_config(cls, config):
-        # A config without the flag comes from a file of tfp-maf 0.1; one without
-        # kernel_blocks from 0.2 or older, which stored every kernel dense; one without
-        # kernel_blocks_device chose its blocks as a CPU does, on any device.
-        return super().from_config({"legacy_layer_names": True, "kernel_blocks": 1,
-                                    "kernel_blocks_device": "cpu", **config})
 
     def _bijectors(self) -> list:
         """The flow's bijectors, data side first (TFP's `Chain` order)."""
@@ -193,7 +170,8 @@ class _FlowModel(DensityModel):
         return _standard_normal(self.event_size, self.compute_dtype, y)
 
     def _distribution(self, y, training):
-        flow = tfd.TransformedDistribution(self._base(y), tfb.Chain(self._bijectors()))
+        # A `tfb.Chain` whose cache entries die with the model's traces (`GraphLocalChain`).
+        flow = tfd.TransformedDistribution(self._base(y), GraphLocalChain(self._bijectors()))
         return tfp_maf.bind_kwargs(flow, y, training)
 
     def get_config(self):
@@ -202,7 +180,7 @@ class _FlowModel(DensityModel):
             hidden_units=self.hidden_units, num_layers=self.num_layers,
             num_components=self.num_components, activation=self.activation, l2=self.l2,
             seed=self.seed, log_scale_bound=self.log_scale_bound,
-            hidden_degrees=self.hidden_degrees, legacy_layer_names=self.legacy_layer_names,
+            hidden_degrees=self.hidden_degrees,
             kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
         )
         return config
