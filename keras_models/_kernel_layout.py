@@ -6,27 +6,39 @@ a model that stores them in another.
 storage itself: the optimizer's state, which Keras saves as one list, a slot per
 variable (Adam: a momentum and a velocity), and a `get_weights` list (a run's best
 epoch, kept by `keras_models.training.RunBackup`). A file written with dense kernels
-(tfp-maf 0.2 and older, ``kernel_blocks=1``, "auto" on a GPU) holds one slot per
+(``kernel_blocks=1``, or "auto" on a GPU) holds one slot per
 kernel where a blocked model has one per block, and the reverse; Keras would skip
 the whole optimizer state with a warning, and a resumed run would restart Adam.
 
 `optimizer_arrays` and `weights_list` recognise, by the shapes, which storage a list
 was saved with among those a file can come from (`_other_storages`), and rearrange it for
 the model: each kernel's entries merged dense from the saved variables and split
-into the model's.
+into the model's. `matching_weights` gives ``load_weights`` a copy of a file with
+its optimizer state so rearranged (Keras' file layout: `tfp_maf._compat`).
 """
 
 from __future__ import annotations
 
-import re
+import contextlib
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
 
 import keras
 import numpy as np
 
+from tfp_maf._compat import (
+    KERAS_ARCHIVE_WEIGHTS,
+    read_optimizer_arrays,
+    slot_of,
+    write_optimizer_arrays,
+)
+from tfp_maf._tracking import sublayers
 from tfp_maf.layers.block_layout import BlockLayout, auto_blocks
 from tfp_maf.layers.made import MaskedDense
 
-__all__ = ["optimizer_arrays", "weights_list"]
+__all__ = ["matching_weights", "optimizer_arrays", "weights_list"]
 
 
 def _stored_shapes(layout, mask) -> list:
@@ -54,7 +66,7 @@ def _other_storages(model) -> tuple:
     """The model's `MaskedDense` layers, and ``{id(layer): layout or None}`` for each
     storage other than the model's that a saved list may come from: all dense, "auto"
     as a CPU chooses it, and the same block count in every layer."""
-    layers = [layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, MaskedDense)]
+    layers = [layer for layer in sublayers(model, include_self=False) if isinstance(layer, MaskedDense)]
 
     def layout(layer, blocks):
         return BlockLayout.of(layer.mask, blocks) if blocks > 1 else None
@@ -145,12 +157,12 @@ def optimizer_arrays(model, arrays: list) -> list | None:
     # across a model's MADEs; so both lists are rebuilt on stand-ins with unique names:
     # "model_j" for the model's j-th trainable variable, "saved_k" for the file's k-th.
     trainable = model.trainable_variables
-    as_model = _built_like(optimizer, [keras.Variable(np.zeros(v.shape, v.dtype), name=f"model_{j}")
-                                       for j, v in enumerate(trainable)])
-    slots = [re.fullmatch(r"model_(\d+)_(.+)", w.name) for w in as_model.variables]
+    stand_ins = [keras.Variable(np.zeros(v.shape, v.dtype), name=f"model_{j}") for j, v in enumerate(trainable)]
+    as_model = _built_like(optimizer, stand_ins)
     if len(as_model.variables) != len(live):
         return None
-    names = {m[2] for m in slots if m is not None}
+    slots = [_slot(w, stand_ins) for w in as_model.variables]  # (j, slot name) or None
+    names = {m[1] for m in slots if m is not None}
     per_variable = (len(slots) - slots.count(None)) / max(1, len(trainable))
     layers, storages = _other_storages(model)
     for storage in storages:
@@ -158,15 +170,25 @@ def optimizer_arrays(model, arrays: list) -> list | None:
         entries = plan.saved()
         if slots.count(None) + per_variable * len(entries) != len(arrays):
             continue  # cheap test before building the stand-ins
-        as_saved = _built_like(optimizer, [keras.Variable(np.zeros(shape, dtype), name=f"saved_{k}")
-                                           for k, (shape, dtype) in enumerate(entries)])
+        saved_stand_ins = [keras.Variable(np.zeros(shape, dtype), name=f"saved_{k}")
+                           for k, (shape, dtype) in enumerate(entries)]
+        as_saved = _built_like(optimizer, saved_stand_ins)
         if len(as_saved.variables) != len(arrays) or any(
                 tuple(w.shape) != tuple(np.shape(a)) for w, a in zip(as_saved.variables, arrays, strict=True)):
             continue
-        saved = {w.name: a for w, a in zip(as_saved.variables, arrays, strict=True)}
-        by_slot = {name: plan.to_model([saved[f"saved_{k}_{name}"] for k in range(len(entries))]) for name in names}
-        return [saved[w.name] if m is None else by_slot[m[2]][int(m[1])]
+        saved = {_slot(w, saved_stand_ins) or w.name: a for w, a in zip(as_saved.variables, arrays, strict=True)}
+        by_slot = {name: plan.to_model([saved[(k, name)] for k in range(len(entries))]) for name in names}
+        return [saved[w.name] if m is None else by_slot[m[1]][m[0]]
                 for w, m in zip(as_model.variables, slots, strict=True)]
+    return None
+
+
+def _slot(optimizer_variable, stand_ins) -> tuple[int, str] | None:
+    """``(j, slot name)`` if ``optimizer_variable`` is a slot of ``stand_ins[j]``, else None."""
+    for j, v in enumerate(stand_ins):
+        slot = slot_of(optimizer_variable.name, v.name)
+        if slot is not None:
+            return j, slot
     return None
 
 
@@ -175,3 +197,44 @@ def _built_like(optimizer, variables):
     twin = optimizer.__class__.from_config(optimizer.get_config())
     twin.build(variables)
     return twin
+
+
+def _keras_archive(path: Path) -> bool:
+    """A ``.keras`` file holding its weights in one file (not sharded)."""
+    if not path.name.endswith(".keras") or not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return KERAS_ARCHIVE_WEIGHTS in archive.namelist()
+
+
+def _open_weights(path: Path):
+    """The HDF5 weights inside ``path``: the file itself, or a ``.keras`` file's member."""
+    if path.name.endswith(".keras"):
+        with zipfile.ZipFile(path) as archive:
+            return archive.open(KERAS_ARCHIVE_WEIGHTS)
+    return open(path, "rb")
+
+
+@contextlib.contextmanager
+def matching_weights(filepath, model):
+    """Yields ``filepath``, or a copy whose optimizer state, saved with the MADE kernels
+    in another storage, is rearranged for ``model``'s (`optimizer_arrays`). Files that
+    are not ``.weights.h5`` or ``.keras`` pass through untouched (Keras reports on them)."""
+    import h5py  # a dependency of Keras
+
+    path = Path(filepath)
+    if not path.is_file() or not (path.name.endswith(".weights.h5") or _keras_archive(path)):
+        yield filepath
+        return
+    with _open_weights(path) as src, h5py.File(src, "r") as f:
+        optimizer = optimizer_arrays(model, read_optimizer_arrays(f))
+    if optimizer is None:
+        yield filepath
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "rearranged.weights.h5"
+        with _open_weights(path) as src, open(copy, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        with h5py.File(copy, "r+") as f:
+            write_optimizer_arrays(f, optimizer)
+        yield copy

@@ -11,10 +11,10 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tfp_maf import (  # noqa: E402
-    MADE,
     AffineCoupling,
     CouplingNetworks,
     ExpGammaBatchNorm,
+    MADENetwork,
     MaskedAutoregressive,
     coupling_partition,
 )
@@ -42,7 +42,7 @@ def make_bijector(
     """A bijector with random (non-identity) weights; returns (bijector, kwargs_factory)."""
     np_dtype = dtype.as_numpy_dtype
     if kind == "maf":
-        made = MADE(
+        made = MADENetwork(
             event_size,
             hidden_units=[16, 16],
             order="random",

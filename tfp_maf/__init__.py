@@ -14,9 +14,6 @@ Every public symbol, and where it lives:
 | `flow_kwargs`, `bind_kwargs` | `tfp_maf.kwargs` |
 | `masks` (orders, degrees, masks; pure NumPy) | `tfp_maf.masks` |
 | `sampling` (the one-pass sequential engine) | `tfp_maf.sampling` |
-
-`MADE` and `ExpGammaBatchNormalization`, the layers' names in 0.1, still import
-(with a `DeprecationWarning` when built) until 0.3.
 """
 
 from tfp_maf import bijectors, distributions, layers, masks, sampling
@@ -30,10 +27,8 @@ from tfp_maf.bijectors import (
 from tfp_maf.distributions import MADEMoG
 from tfp_maf.kwargs import bind_kwargs, flow_kwargs
 from tfp_maf.layers import (
-    MADE,
     BatchNormState,
     CouplingNetworks,
-    ExpGammaBatchNormalization,
     MADENetwork,
     MaskedDense,
     apply_masks,
@@ -42,12 +37,10 @@ from tfp_maf.layers import (
 __version__ = "0.3.0"
 
 __all__ = [
-    "MADE",  # deprecated: MADENetwork
     "AffineCoupling",
     "BatchNormState",
     "CouplingNetworks",
     "ExpGammaBatchNorm",
-    "ExpGammaBatchNormalization",  # deprecated: BatchNormState
     "MADEMoG",
     "MADENetwork",
     "MaskedAutoregressive",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
 import keras
 import numpy as np
 import tensorflow as tf
@@ -11,7 +9,7 @@ import tensorflow as tf
 from tfp_maf import _checks
 from tfp_maf.bijectors.exp_gamma_batch_norm import ExpGammaBatchNorm
 
-__all__ = ["BatchNormState", "ExpGammaBatchNormalization"]
+__all__ = ["BatchNormState"]
 
 
 @keras.saving.register_keras_serializable(package="tfp_maf")
@@ -92,14 +90,3 @@ class BatchNormState(keras.layers.Layer):
         config = super().get_config()
         config.update(event_size=self.event_size, epsilon=self.epsilon)
         return config
-
-
-@keras.saving.register_keras_serializable(package="tfp_maf")
-class ExpGammaBatchNormalization(BatchNormState):
-    """Deprecated name of `BatchNormState` (tfp-maf 0.1), kept for one release; like
-    `tfp_maf.layers.made.MADE`, it keeps the weight paths of files saved by 0.1."""
-
-    def __init__(self, *args, **kwargs):
-        warnings.warn("tfp_maf.ExpGammaBatchNormalization is now tfp_maf.BatchNormState; the old name "
-                      "goes in 0.3.", DeprecationWarning, stacklevel=2)
-        super().__init__(*args, **kwargs)
