@@ -8,7 +8,7 @@ or Keras: entries read private names, or set them on objects tfp-maf made itself
 `tests/test_compat.py` checks every entry, and `.ci/run` runs it on both ends of the
 supported range.
 
-Verified on: TensorFlow 2.18.0 and 2.21.0, TensorFlow Probability 0.25.0, Keras 3.5.0
+Verified on: TensorFlow 2.20.0 and 2.21.0, TensorFlow Probability 0.25.0, Keras 3.10.0
 and 3.15.1.
 """
 
