@@ -4,7 +4,8 @@ Each entry says why no public API does the job, and looks its name up (a feature
 check, never a version comparison). Where the name is missing the entry falls back
 to public behaviour: tfp-maf stays correct, and only loses what the entry bought
 (speed, memory released, a warning kept quiet). Nothing here changes TensorFlow, TFP
-or Keras: entries read private names, or set them on objects tfp-maf made itself.
+or Keras: entries read private names, or set them on objects made for tfp-maf (its
+functions, and the ones Keras makes for its models).
 `tests/test_compat.py` checks every entry, and `.ci/run` runs it on both ends of the
 supported range.
 
