@@ -57,7 +57,7 @@ def sublayers(root, include_self: bool = True) -> list:
     each once, in the order their attributes were set.
 
     A layer is found where Keras tracks it: in an attribute that holds it, or a list,
-    tuple or dict of layers. (Keras' own walk, ``Layer._flatten_layers``, is private;
+    tuple or dict of layers. (Keras' own recursive walk is private;
     ``Model.layers`` lists one level only.)
     """
     found, seen = [], set()
