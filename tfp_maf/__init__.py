@@ -14,6 +14,38 @@ Every public symbol, and where it lives:
 | `flow_kwargs`, `bind_kwargs` | `tfp_maf.kwargs` |
 | `masks` (orders, degrees, masks; pure NumPy) | `tfp_maf.masks` |
 | `sampling` (the one-pass sequential engine) | `tfp_maf.sampling` |
+
+The pieces follow TFP's split between maths and state: a bijector holds the maths and
+calls a Keras 3 layer that owns the weights (`MADENetwork`, `CouplingNetworks`,
+`BatchNormState`). A flow is a `tfd.TransformedDistribution` over a `tfb.Chain` of
+them, and its ``trainable_variables`` are the layers' weights.
+
+Example: a MAF of two autoregressive layers with a batch norm between them (TFP's
+`Chain` applies its last bijector first when sampling, so the list runs from the
+data side to the noise side):
+
+>>> import numpy as np, tensorflow_probability as tfp
+>>> import tfp_maf
+>>> tfd, tfb = tfp.distributions, tfp.bijectors
+>>> made_0 = tfp_maf.MADENetwork(2, hidden_units=[8], seed=0)
+>>> made_1 = tfp_maf.MADENetwork(2, hidden_units=[8], order="right-to-left", seed=1)
+>>> norm = tfp_maf.BatchNormState(2, name="norm_0")
+>>> flow = tfd.TransformedDistribution(
+...     tfd.MultivariateNormalDiag(loc=np.zeros(2, np.float32)),
+...     tfb.Chain([tfp_maf.MaskedAutoregressive(made_0, name="maf_0"), norm.bijector(),
+...                tfp_maf.MaskedAutoregressive(made_1, name="maf_1")]))
+>>> flow.sample(3, seed=0).shape
+TensorShape([3, 2])
+>>> flow.log_prob(np.zeros((3, 2), np.float32)).shape
+TensorShape([3])
+>>> len(flow.trainable_variables)  # 2 x (2 kernels + 2 biases) + beta, gamma
+10
+
+In training, the batch norm normalises with the minibatch's statistics: pass
+``training=True`` to it by name (`flow_kwargs` builds the dict, `bind_kwargs` binds it):
+
+>>> tfp_maf.flow_kwargs(flow.bijector, training=True)
+{'norm_0': {'training': True}}
 """
 
 from tfp_maf import bijectors, distributions, layers, masks, sampling

@@ -23,6 +23,27 @@ def coupling_partition(event_size: int, parity: str) -> tuple[np.ndarray, np.nda
     ``parity="even"`` copies ``x[0], x[2], ...`` and transforms
     ``x[1], x[3], ...``; ``"odd"`` is the other way round. Stacked layers
     alternate, as in the paper.
+
+    Args:
+      event_size: ``D``, the number of variables, at least 2.
+      parity: ``"even"`` or ``"odd"``: which positions are copied.
+
+    Returns:
+      ``(copied, transformed)``: two sorted int arrays that partition
+      ``range(event_size)``; ``copied`` has ``ceil(D / 2)`` entries for
+      ``"even"``, ``floor(D / 2)`` for ``"odd"``.
+
+    Raises:
+      ValueError: if ``parity`` is neither ``"even"`` nor ``"odd"``, or
+        ``event_size < 2``.
+
+    Example:
+
+    >>> copied, transformed = coupling_partition(5, "even")
+    >>> copied.tolist(), transformed.tolist()
+    ([0, 2, 4], [1, 3])
+    >>> [a.tolist() for a in coupling_partition(5, "odd")]
+    [[1, 3], [0, 2, 4]]
     """
     if parity not in PARITIES:
         raise ValueError(f"parity must be one of {PARITIES}, got {parity!r}.")
@@ -51,9 +72,13 @@ class AffineCoupling(LayerVariables, FusedBijector):
 
     Args:
       shift_and_log_scale_fn: ``fn(x_copied, conditional_input=None) ->
-        (shift, log_scale)``, each of shape ``batch + [len(transformed)]``.
+        (shift, log_scale)``, each of shape ``batch + [len(transformed)]``:
+        a `tfp_maf.layers.CouplingNetworks` or any callable. Its
+        ``conditional_dims`` attribute, if any, says the bijector is
+        conditional.
       event_size: ``D``, at least 2.
-      parity: ``"even"`` or ``"odd"``, which half is copied.
+      parity: ``"even"`` or ``"odd"``, which half is copied
+        (`coupling_partition`).
       validate_args: TFP's flag.
       name: the bijector's name (unique within a `tfb.Chain`).
       log_scale_bound: ``None`` (the paper) or ``B``: see
@@ -66,7 +91,14 @@ class AffineCoupling(LayerVariables, FusedBijector):
     bijector, and of a `tfb.Chain` or `tfd.TransformedDistribution` holding it,
     lists them (see `tfp_maf._tracking`).
 
+    Raises:
+      ValueError: at construction, for a bad ``parity`` or ``event_size < 2``;
+        at call time, if the last axis of the input is not ``event_size``.
+
     #### Examples
+
+    With ``D = 3`` and even parity, ``x[0]`` and ``x[2]`` are copied and ``x[1]``
+    is transformed:
 
     >>> import numpy as np
     >>> from tfp_maf.layers import CouplingNetworks
@@ -75,6 +107,12 @@ class AffineCoupling(LayerVariables, FusedBijector):
     >>> b = AffineCoupling(nets, event_size=3, parity="even")
     >>> b.forward(np.ones((1, 3), np.float32)).shape
     TensorShape([1, 3])
+    >>> x = np.array([[1., 2., 3.]], np.float32)
+    >>> _ = nets.scale_net[-1].kernel.assign(np.ones((8, 1)))  # a non-zero log-scale
+    >>> bool(np.all(b.inverse(x).numpy()[:, [0, 2]] == x[:, [0, 2]]))  # copied as they are
+    True
+    >>> b.forward_log_det_jacobian(x, event_ndims=1).shape
+    TensorShape([1])
 
     #### References
 
@@ -116,10 +154,12 @@ class AffineCoupling(LayerVariables, FusedBijector):
 
     @property
     def conditional_dims(self) -> int | None:
+        """Width ``K`` of the side information ``y`` (the networks'), or None."""
         return self._conditional_dims
 
     @property
     def parity(self) -> str:
+        """``"even"`` or ``"odd"``: which half is copied (`coupling_partition`)."""
         return self._parity
 
     def _couple(self, z, conditional_input, sign):

@@ -20,6 +20,20 @@ def batch_moments(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
 
     (two all-reduces: centring on the global mean keeps the variance as
     accurate as the single-device one). Gradients flow through the all-reduces.
+
+    Args:
+      x: a tensor (or array) of shape ``batch + [D]``, at least one axis.
+
+    Returns:
+      ``(mean, variance)``, each of shape ``[D]`` and the dtype of ``x``; the
+      variance divides by the number of rows (``ddof=0``), as batch norm does.
+
+    Example:
+
+    >>> import numpy as np
+    >>> mean, variance = batch_moments(np.array([[1., 2.], [3., 6.]]))
+    >>> mean.numpy().tolist(), variance.numpy().tolist()
+    ([2.0, 4.0], [1.0, 4.0])
     """
     flat = tf.reshape(x, [-1, tf.shape(x)[-1]])
     context = tf.distribute.get_replica_context()
@@ -55,15 +69,26 @@ class ExpGammaBatchNorm(FusedBijector):
     example, but a per-example value is what a density needs).
 
     Args:
-      beta: shift, shape ``[D]`` (a Tensor or variable).
+      beta: shift, shape ``[D]`` (a Tensor, array or variable; read at every
+        call, so a variable may train while the bijector lives).
       gamma: log-scale, shape ``[D]``.
       mean: stored mean ``m``, shape ``[D]``.
       variance: stored variance ``v``, shape ``[D]``.
       epsilon: ``eps``; the paper uses ``1e-5``.
       validate_args: TFP's flag.
-      name: the bijector's name (unique within a `tfb.Chain`).
+      name: the bijector's name (unique within a `tfb.Chain`, so that
+        ``training`` reaches it: see `tfp_maf.flow_kwargs`).
+
+    Call-time keyword: ``training``, Python `bool` or a boolean tensor (default
+    ``None``, the stored statistics).
+
+    The dtype is the first of ``beta``, ``gamma``, ``mean``, ``variance`` that
+    has one (float32 for plain Python numbers).
 
     #### Examples
+
+    With the stored statistics (evaluation), ``u = (x - m) / sqrt(v + eps)``
+    when ``beta = gamma = 0``:
 
     >>> import numpy as np
     >>> from tfp_maf.bijectors import ExpGammaBatchNorm
@@ -71,6 +96,16 @@ class ExpGammaBatchNorm(FusedBijector):
     ...                        mean=np.array([1., 2.]), variance=np.array([4., 9.]))
     >>> np.round(bn.inverse(np.array([[3., 5.]])).numpy(), 3)
     array([[1., 1.]])
+    >>> np.round(bn.inverse_log_det_jacobian(np.array([[3., 5.]]), event_ndims=1).numpy(), 3)
+    array([-1.792])
+
+    In training, with the minibatch's own statistics, each column comes out
+    with mean 0 and variance 1 (up to ``eps``):
+
+    >>> x = np.array([[0., 10.], [2., 30.]])
+    >>> np.round(bn.inverse(x, training=True).numpy(), 3)
+    array([[-1., -1.],
+           [ 1.,  1.]])
 
     #### References
 

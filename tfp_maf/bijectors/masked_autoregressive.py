@@ -64,7 +64,15 @@ class MaskedAutoregressive(LayerVariables, FusedBijector):
     bijector, and of a `tfb.Chain` or `tfd.TransformedDistribution` holding it,
     lists them (see `tfp_maf._tracking`).
 
+    Raises:
+      ValueError: at construction, if ``made`` has the mixture head
+        (``num_components`` set: use `tfp_maf.MADEMoG`); at call time, if the
+        last axis of ``x`` is not ``made.event_size``, or ``conditional_input``
+        is missing, unexpected or of the wrong width for ``made``.
+
     #### Examples
+
+    A one-layer MAF (a MADE with Gaussian conditionals) over two variables:
 
     >>> import numpy as np, tensorflow_probability as tfp
     >>> from tfp_maf.layers import MADENetwork
@@ -74,6 +82,18 @@ class MaskedAutoregressive(LayerVariables, FusedBijector):
     ...     MaskedAutoregressive(MADENetwork(2, hidden_units=[16], seed=0)))
     >>> flow.log_prob(np.zeros((4, 2), np.float32)).shape
     TensorShape([4])
+    >>> flow.sample(3, seed=1).shape
+    TensorShape([3, 2])
+    >>> len(flow.trainable_variables)  # the MADE's two kernels and two biases
+    4
+
+    Conditional on ``y`` of width 3, passed by the bijector's name:
+
+    >>> made = MADENetwork(2, hidden_units=[16], conditional_dims=3, seed=0)
+    >>> maf = MaskedAutoregressive(made, name="maf_0")
+    >>> y = np.eye(3, dtype=np.float32)[[0, 1, 2, 0]]
+    >>> maf.inverse(np.zeros((4, 2), np.float32), conditional_input=y).shape
+    TensorShape([4, 2])
 
     #### References
 
@@ -117,10 +137,12 @@ class MaskedAutoregressive(LayerVariables, FusedBijector):
 
     @property
     def made(self) -> Callable:
+        """The network that gives ``(shift, log_scale)``, as passed to the constructor."""
         return self._made
 
     @property
     def conditional_dims(self) -> int | None:
+        """Width ``K`` of the side information ``y`` (the MADE's), or None if unconditional."""
         return self._conditional_dims
 
     def _shift_and_log_scale(self, x, conditional_input):

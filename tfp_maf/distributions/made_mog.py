@@ -60,6 +60,13 @@ class MADEMoG(LayerVariables, tfd.Distribution):
     The MADE's weights are the distribution's: ``trainable_variables`` lists
     them (see `tfp_maf._tracking`).
 
+    Raises:
+      ValueError: at construction, if ``made`` has the Gaussian head
+        (``num_components=None``: use `tfp_maf.MaskedAutoregressive`) or
+        ``event_size`` is neither given nor an attribute of ``made``; at call
+        time, if the last axis of ``x`` is not ``D``, or ``conditional_input``
+        is missing, unexpected or of the wrong width for ``made``.
+
     #### Examples
 
     >>> import numpy as np
@@ -68,6 +75,19 @@ class MADEMoG(LayerVariables, tfd.Distribution):
     >>> dist = MADEMoG(MADENetwork(2, hidden_units=[16], num_components=3, seed=0))
     >>> dist.sample(4, seed=1).shape
     TensorShape([4, 2])
+    >>> dist.log_prob(np.zeros((4, 2), np.float32)).shape
+    TensorShape([4])
+
+    Conditional on ``y`` of width 3: bound at construction, the distribution
+    has the batch shape of ``y`` and ``sample()`` draws one ``x`` per row:
+
+    >>> made = MADENetwork(2, hidden_units=[16], num_components=3, conditional_dims=3, seed=0)
+    >>> given_y = MADEMoG(made, conditional_input=np.eye(3, dtype=np.float32))
+    >>> given_y.batch_shape, given_y.sample(seed=1).shape
+    (TensorShape([3]), TensorShape([3, 2]))
+    >>> MADEMoG(made).log_prob(np.zeros((3, 2), np.float32),
+    ...                        conditional_input=np.eye(3, dtype=np.float32)).shape
+    TensorShape([3])
 
     #### References
 
@@ -117,10 +137,12 @@ class MADEMoG(LayerVariables, tfd.Distribution):
 
     @property
     def made(self):
+        """The network that gives ``(logits, loc, log_scale)``, as passed to the constructor."""
         return self._made
 
     @property
     def conditional_dims(self) -> int | None:
+        """Width ``K`` of the side information ``y`` (the MADE's), or None if unconditional."""
         return self._conditional_dims
 
     @property
