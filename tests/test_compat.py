@@ -162,3 +162,92 @@ def test_importing_tfp_maf_changes_nothing_of_tf_tfp_or_keras():
     assert report["changed"] == {"bijector_cache_storage": False, "gradient_registry": False,
                                  "class_attributes": False}, report
     assert keras.__version__  # the snapshot covered the installed Keras
+
+
+# -- Each entry's fallback: where the private name is missing, tfp-maf stays correct. ----
+
+_WITHOUT_CACHE_UTIL = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import tensorflow_probability as tfp
+    import tensorflow_probability.python.experimental  # noqa: F401 (TFP loads lazily: load it all now)
+    tfp.bijectors.Chain, tfp.distributions.Normal
+    # TFP's own modules hold cache_util already; from here on it cannot be imported,
+    # as on a TFP release without it.
+    import tensorflow_probability.python.internal as internal
+    vars(internal).pop("cache_util", None)
+    sys.modules["tensorflow_probability.python.internal.cache_util"] = None
+    import keras_models as km
+    from tfp_maf import _compat
+    from tfp_maf.bijectors._cache import greedy_graph_only_cache
+    from tfp_maf.testing import randomize_weights
+    assert _compat.cache_util is None and greedy_graph_only_cache("f", "i") is None
+    x = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    model = km.MAF(3, hidden_units=[8], num_layers=2, seed=0)
+    model.compile(optimizer="adam", jit_compile=False)
+    model.fit(x, epochs=1, batch_size=32, verbose=0)
+    randomize_weights(model, seed=1)
+    print(json.dumps(np.asarray(model.log_prob(x[:5])).tolist()))
+    """
+)
+
+
+def test_without_tfp_cache_util_the_flows_fall_back_to_tfps_cache_with_the_same_densities():
+    out = subprocess.run([sys.executable, "-c", _WITHOUT_CACHE_UTIL], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    fallback = json.loads(out.stdout.strip().splitlines()[-1])
+
+    import keras_models as km
+    from tfp_maf.testing import randomize_weights
+
+    x = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    model = km.MAF(3, hidden_units=[8], num_layers=2, seed=0)
+    model(x[:1])
+    randomize_weights(model, seed=1)
+    np.testing.assert_allclose(fallback, model.log_prob(x[:5]), rtol=1e-5, atol=1e-5)
+
+
+def test_without_the_gradient_registry_training_works_and_nothing_is_released(monkeypatch):
+    import keras_models as km
+    from tfp_maf import _graph_memory
+
+    monkeypatch.setattr(_graph_memory, "gradient_registry", lambda: None)
+    x = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    model = km.MAF(3, hidden_units=[8], num_layers=2, seed=0)
+    model.compile(optimizer="adam", jit_compile=False)
+    history = model.fit(x, epochs=2, batch_size=32, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+
+
+def test_without_tf_function_internals_the_warning_is_kept_and_the_walk_stops():
+    class NotATFFunction:
+        pass
+
+    function = NotATFFunction()
+    _compat.omit_retracing_warning(function)  # no flag to set: nothing happens
+    assert not hasattr(function, "_omit_frequent_tracing_warning")
+    assert _compat.python_function(function) is None
+    # A graph without ``outer_graph`` is its own outermost graph.
+    assert _compat.outermost_graph(function) is function
+
+
+def test_a_class_without_a_non_composite_base_is_recognised_as_itself():
+    class Standalone(tfb.Bijector):
+        pass
+
+    assert _compat._non_composite_base(Standalone, tfb.Bijector) is Standalone
+    assert _compat._non_composite_base(tfb.Exp, tfb.Composition) is tfb.Exp
+
+
+def test_a_weights_file_without_optimizer_state_or_with_other_slot_names_loads_as_it_is(tmp_path):
+    import h5py
+
+    with h5py.File(tmp_path / "w.h5", "w") as h5:
+        assert _compat.read_optimizer_arrays(h5) == []
+        _compat.write_optimizer_arrays(h5, [np.zeros(2), np.ones(3)])
+        assert [a.tolist() for a in _compat.read_optimizer_arrays(h5)] == [[0, 0], [1, 1, 1]]
+    assert _compat.slot_of("made_dense_kernel_momentum", "made/dense/kernel") == "momentum"
+    assert _compat.slot_of("iteration", "made/dense/kernel") is None
+    assert _compat.slot_of("made_dense_kernel_", "made/dense/kernel") is None
