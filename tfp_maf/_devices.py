@@ -20,7 +20,7 @@ def device_kind() -> str:
 
 
 def check_device_kind(kind: str | None) -> str:
-    """``kind`` checked, or this machine's (`device_kind`) for None."""
+    """``kind`` checked, or the current process's (`device_kind`) for None."""
     if kind is None:
         return device_kind()
     if kind not in DEVICE_KINDS:

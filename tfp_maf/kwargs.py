@@ -45,7 +45,8 @@ def flow_kwargs(bijector, conditional_input=None, training=None) -> dict:
 
     Raises:
       ValueError: if two parts that take keywords share a name (TFP would
-        route the same keywords to both, silently).
+        route the same keywords to both, silently), or a conditional part
+        finds no ``conditional_input``.
 
     Example:
 
@@ -54,6 +55,18 @@ def flow_kwargs(bijector, conditional_input=None, training=None) -> dict:
     >>> bn = ExpGammaBatchNorm(np.zeros(2), np.zeros(2), np.zeros(2), np.ones(2), name="bn")
     >>> flow_kwargs(tfp.bijectors.Chain([bn]), training=True)
     {'bn': {'training': True}}
+
+    A conditional MAF layer gets ``y``; an unconditional TFP bijector gets nothing:
+
+    >>> from tfp_maf import BatchNormState, MADENetwork, MaskedAutoregressive
+    >>> maf = MaskedAutoregressive(MADENetwork(2, [8], conditional_dims=1), name="maf")
+    >>> bn = BatchNormState(2, name="bn").bijector()
+    >>> chain = tfp.bijectors.Chain([tfp.bijectors.Shift(1.), maf, bn])
+    >>> kw = flow_kwargs(chain, conditional_input=[[1.]], training=False)
+    >>> kw
+    {'maf': {'conditional_input': [[1.0]]}, 'bn': {'training': False}}
+    >>> chain.inverse(np.zeros((1, 2), np.float32), **kw).shape
+    TensorShape([1, 2])
     """
     seen: dict[str, object] = {}
     return _route(bijector, conditional_input, training, seen)
@@ -107,6 +120,12 @@ def bind_kwargs(distribution, conditional_input=None, training=None):
       bound ones, and win where both name the same part. A conditional base (a
       `tfp_maf.MADEMoG`) is bound too, and takes ``y``'s batch shape; another base
       keeps its own, and ``y`` broadcasts against its samples.
+
+    Raises:
+      TypeError: if ``distribution`` is neither a `tfd.TransformedDistribution`
+        nor a `tfp_maf.MADEMoG`.
+      ValueError: as `flow_kwargs` (two parts of one name, or a conditional
+        part without ``conditional_input``).
 
     Example:
 

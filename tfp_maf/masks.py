@@ -51,6 +51,11 @@ def order_permutation(
 ) -> np.ndarray:
     """Returns the order as a permutation: ``perm[k]`` is the k-th variable.
 
+    Example:
+
+    >>> order_permutation(4, "right-to-left").tolist()
+    [3, 2, 1, 0]
+
     Args:
       num_inputs: the number of variables ``D``.
       order: ``"left-to-right"`` (the data's order), ``"right-to-left"``
@@ -62,8 +67,8 @@ def order_permutation(
       An int array of shape ``[D]``.
 
     Raises:
-      ValueError: for an unknown order name or a list that is not a
-        permutation of ``range(D)``.
+      ValueError: for ``num_inputs < 1``, an unknown order name or a list that
+        is not a permutation of ``range(D)``.
     """
     if num_inputs < 1:
         raise ValueError(f"num_inputs must be >= 1, got {num_inputs}.")
@@ -79,7 +84,23 @@ def order_permutation(
 
 
 def check_order(order: Sequence[int], num_inputs: int) -> np.ndarray:
-    """Validates an explicit permutation of ``range(num_inputs)``."""
+    """Validates an explicit permutation of ``range(num_inputs)``.
+
+    Args:
+      order: a sequence of ints.
+      num_inputs: ``D``.
+
+    Returns:
+      ``order`` as an int64 array of shape ``[D]``.
+
+    Raises:
+      ValueError: if ``order`` is not a permutation of ``range(num_inputs)``.
+
+    Example:
+
+    >>> check_order([2, 0, 1], 3).tolist()
+    [2, 0, 1]
+    """
     perm = np.asarray(order)
     if perm.shape != (num_inputs,) or not np.array_equal(np.sort(perm), np.arange(num_inputs)):
         raise ValueError(
@@ -91,7 +112,24 @@ def check_order(order: Sequence[int], num_inputs: int) -> np.ndarray:
 def input_degrees(
     num_inputs: int, order: str | Sequence[int] = "left-to-right", seed: int | None = None
 ) -> np.ndarray:
-    """Degree of each input: its 1-based position in the order, shape ``[D]``."""
+    """Degree of each input: its 1-based position in the order, shape ``[D]``.
+
+    Args:
+      num_inputs: ``D``.
+      order: as in `order_permutation`.
+      seed: the seed of a ``"random"`` order.
+
+    Returns:
+      An int64 array ``[D]``: ``degrees[i]`` is the position of variable ``i``.
+
+    Raises:
+      ValueError: as `order_permutation`.
+
+    Example:
+
+    >>> input_degrees(3, [2, 0, 1]).tolist()  # variable 2 first, then 0, then 1
+    [2, 3, 1]
+    """
     perm = order_permutation(num_inputs, order, seed)
     degrees = np.empty(num_inputs, dtype=np.int64)
     degrees[perm] = np.arange(1, num_inputs + 1)
@@ -112,6 +150,25 @@ def hidden_degrees(
     conditional independence. ``"random"`` draws each degree uniformly from
     ``[min(previous_degrees), D - 1]`` as Germain et al. do (the paper's
     CIFAR-10 setting, where ``H < D``).
+
+    Args:
+      num_units: the layer's width ``H``, at least 1.
+      num_inputs: ``D``.
+      method: ``"sequential"`` or ``"random"``.
+      previous_degrees: the degrees of the layer below (the inputs' for the
+        first hidden layer); ``"random"`` draws at or above their minimum.
+      seed: the seed of ``"random"``.
+
+    Returns:
+      An int64 array ``[num_units]``.
+
+    Raises:
+      ValueError: for ``num_units < 1`` or an unknown ``method``.
+
+    Example:
+
+    >>> hidden_degrees(5, 3).tolist()
+    [1, 2, 1, 2, 1]
     """
     if num_units < 1:
         raise ValueError(f"hidden layers need at least one unit, got {num_units}.")
@@ -134,6 +191,20 @@ def made_masks(
     variables. With no hidden layer the single mask is strictly triangular in
     the order. The output mask has one column per variable; a head with several
     parameters per variable repeats it (see `tfp_maf.layers.MADENetwork`).
+
+    Args:
+      input_degrees: ``[D]``, from `input_degrees`.
+      hidden_degrees: one array of degrees per hidden layer, from
+        `hidden_degrees`; empty for a MADE without hidden layers.
+
+    Returns:
+      ``len(hidden_degrees) + 1`` float32 arrays of zeros and ones: the hidden
+      layers' masks, then the output mask ``[H_L, D]``.
+
+    Example:
+
+    >>> [m.astype(int).tolist() for m in made_masks(np.array([1, 2, 3]), [])]
+    [[[0, 1, 1], [0, 0, 1], [0, 0, 0]]]
     """
     masks = []
     prev = np.asarray(input_degrees)

@@ -50,7 +50,8 @@ class MADEMoG(LayerVariables, tfd.Distribution):
       event_size: ``D``; read from ``made`` when it is a MADE.
       conditional_input: ``y`` bound to the distribution, p(x | y): used by
         every call that passes none (a tensor, a NumPy array or a list).
-      validate_args, allow_nan_stats: TFP's flags.
+      validate_args: TFP's flag; enables runtime checks.
+      allow_nan_stats: TFP's flag.
       name: the distribution's name.
 
     Call-time keyword (to `log_prob`, `sample`, ...): ``conditional_input``,

@@ -24,11 +24,17 @@ class BatchNormState(keras.layers.Layer):
     calls it before each validation and at the end of training). They are
     saved with the layer.
 
-    Calling the layer maps data to noise (the bijector's inverse).
+    Calling the layer maps data to noise (the bijector's inverse), with the
+    minibatch's statistics when ``training=True``.
 
     Args:
       event_size: ``D``.
       epsilon: the paper's ``eps = 1e-5``.
+      **kwargs: Keras' layer arguments (``name``, ``dtype``, ...). The name is
+        the default name of `bijector()`, which must be unique in a chain.
+
+    Raises:
+      ValueError: at call time, if the last axis of the input is not ``D``.
 
     Example:
 
@@ -37,6 +43,8 @@ class BatchNormState(keras.layers.Layer):
     >>> bn.set_statistics(mean=[1., 2.], variance=[4., 9.])
     >>> np.round(bn(np.array([[3., 5.]], np.float32)).numpy(), 3)
     array([[1., 1.]], dtype=float32)
+    >>> [w.name for w in bn.trainable_weights], [w.name for w in bn.non_trainable_weights]
+    (['beta', 'gamma'], ['mean', 'variance'])
     """
 
     def __init__(self, event_size: int, epsilon: float = 1e-5, **kwargs):
@@ -55,6 +63,27 @@ class BatchNormState(keras.layers.Layer):
         self.built = True
 
     def bijector(self, name: str | None = None) -> ExpGammaBatchNorm:
+        """The batch norm as a bijector that reads this layer's variables at every call.
+
+        Args:
+          name: the bijector's name; None (the default) uses the layer's name.
+
+        Returns:
+          A `tfp_maf.bijectors.ExpGammaBatchNorm` over ``beta``, ``gamma``,
+          ``mean`` and ``variance``: training the layer, or setting its
+          statistics, changes what the bijector computes.
+
+        Example:
+
+        >>> import numpy as np
+        >>> bn = BatchNormState(2, name="norm_0")
+        >>> b = bn.bijector()
+        >>> b.name
+        'norm_0'
+        >>> bn.set_statistics(mean=[1., 2.], variance=[4., 9.])
+        >>> np.round(b.inverse(np.array([[3., 5.]], np.float32)).numpy(), 3)
+        array([[1., 1.]], dtype=float32)
+        """
         return ExpGammaBatchNorm(
             self.beta.value,
             self.gamma.value,
@@ -65,7 +94,16 @@ class BatchNormState(keras.layers.Layer):
         )
 
     def set_statistics(self, mean, variance) -> None:
-        """Sets the evaluation-time statistics (the training set's, in the paper)."""
+        """Sets the evaluation-time statistics (the training set's, in the paper).
+
+        Args:
+          mean: ``[D]`` (array-like).
+          variance: ``[D]``, at least 0.
+
+        Raises:
+          ValueError: if either is not of shape ``[D]`` or has non-finite values,
+            or a variance is negative.
+        """
         mean = np.asarray(mean, dtype=self.variable_dtype)
         variance = np.asarray(variance, dtype=self.variable_dtype)
         for what, value in (("mean", mean), ("variance", variance)):

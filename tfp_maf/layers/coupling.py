@@ -26,9 +26,25 @@ class CouplingNetworks(keras.layers.Layer):
     Args:
       num_copied: width of ``x_c``.
       num_transformed: width of ``x_t``.
-      hidden_units: hidden layer sizes of each network.
+      hidden_units: hidden layer sizes of each network (the same for both).
       conditional_dims: width of ``y``, or ``None``.
-      kernel_regularizer: applied to every kernel.
+      kernel_regularizer: applied to every kernel, e.g. ``keras.regularizers.L2(1e-6)``.
+      **kwargs: Keras' layer arguments (``name``, ``dtype``, ...).
+
+    Attributes:
+      scale_net: the layers of ``f_alpha`` (tanh hidden, linear output), a list of
+        `keras.layers.Dense`.
+      shift_net: the layers of ``f_mu`` (relu hidden, linear output).
+
+    Call arguments:
+      x_copied: ``batch + [num_copied]``.
+      conditional_input: ``y``, ``batch + [conditional_dims]`` (broadcast against
+        ``x_copied``'s batch); required when ``conditional_dims`` is set, refused
+        otherwise.
+
+    Raises:
+      ValueError: at call time, if the last axis of ``x_copied`` is not
+        ``num_copied``, or ``y`` is missing, unexpected or of the wrong width.
 
     Example:
 
@@ -36,6 +52,14 @@ class CouplingNetworks(keras.layers.Layer):
     >>> nets = CouplingNetworks(num_copied=2, num_transformed=3, hidden_units=[8])
     >>> [t.shape for t in nets(np.zeros((4, 2), np.float32))]
     [TensorShape([4, 3]), TensorShape([4, 3])]
+
+    Conditional on ``y`` of width 5, one row of ``y`` for the whole batch:
+
+    >>> nets = CouplingNetworks(2, 3, hidden_units=[8], conditional_dims=5)
+    >>> shift, log_scale = nets(np.zeros((4, 2), np.float32),
+    ...                         conditional_input=np.ones(5, np.float32))
+    >>> shift.shape, bool(np.all(log_scale.numpy() == 0))  # the output layers start at zero
+    (TensorShape([4, 3]), True)
     """
 
     def __init__(

@@ -106,7 +106,23 @@ def mask_gradients(layer, gradients, variables) -> list:
     """``gradients`` of ``variables`` with the gradient of every `MaskedDense` kernel in
     ``layer`` (a layer or model, itself included) multiplied by its mask: what
     `kernels_as_stored` leaves to the caller. Other gradients, and None, pass as
-    they are."""
+    they are.
+
+    Args:
+      layer: a Keras layer or model; every `MaskedDense` in it (itself included)
+        is found.
+      gradients: one gradient (a tensor or None) per variable, as
+        `tf.GradientTape.gradient` returns them.
+      variables: the variables, in the order of ``gradients``.
+
+    Returns:
+      A list of ``len(variables)`` gradients.
+
+    Raises:
+      ValueError: if ``gradients`` and ``variables`` differ in length.
+
+    See `kernels_as_stored` for an example.
+    """
     masks = {id(v): m for sub in sublayers(layer) if isinstance(sub, MaskedDense)
              for v, m in sub.kernel_masks()}
     return [g if g is None or id(v) not in masks else g * _mask_tensor(masks[id(v)], g.dtype)
@@ -159,6 +175,21 @@ def apply_masks(layer) -> None:
 
     Needed only after writing a kernel variable directly (``kernel.assign``);
     training, `set_weights` and loading keep the zeros themselves.
+
+    Args:
+      layer: a Keras layer or model (a `MaskedDense`, a `MADENetwork`, a
+        `keras_models` model, ...); every `MaskedDense` in it, itself included,
+        is projected onto its mask.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = MaskedDense(2, mask=[[1., 0.], [1., 1.]])
+    >>> _ = layer.kernel.assign(np.ones((2, 2)))  # writes the masked-out entry too
+    >>> apply_masks(layer)
+    >>> layer.kernel.numpy()
+    array([[1., 0.],
+           [1., 1.]], dtype=float32)
     """
     for sublayer in sublayers(layer):
         if isinstance(sublayer, MaskedDense):
@@ -203,13 +234,30 @@ class MaskedDense(keras.layers.Layer):
 
     Args:
       units: number of outputs.
-      mask: array ``[fan_in, units]`` of zeros and ones.
+      mask: array ``[fan_in, units]`` of zeros and ones. The layer is built at
+        construction: ``fan_in`` comes from the mask.
       activation: a Keras activation name or callable.
       use_bias: whether to add a bias.
-      kernel_initializer, bias_initializer, kernel_regularizer: as in
-        `keras.layers.Dense`.
+      kernel_initializer: as in `keras.layers.Dense`; what it draws is projected
+        onto the mask.
+      bias_initializer: as in `keras.layers.Dense`.
+      kernel_regularizer: as in `keras.layers.Dense`.
       blocks: column groups of the degree-block storage; 1 stores the kernel dense.
         A mask that is not a MADE mask is stored dense whatever the value.
+      **kwargs: Keras' layer arguments (``name``, ``dtype``, ...).
+
+    Raises:
+      ValueError: if ``mask`` is not a matrix with ``units`` columns.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = MaskedDense(2, mask=[[1., 0.], [1., 1.]], kernel_initializer="ones")
+    >>> layer.kernel.numpy()  # zero where the mask is
+    array([[1., 0.],
+           [1., 1.]], dtype=float32)
+    >>> layer(np.array([[2., 3.]], np.float32)).numpy()  # output 0 sees input 0 only
+    array([[5., 3.]], dtype=float32)
     """
 
     def __init__(
@@ -422,14 +470,57 @@ class MADENetwork(keras.layers.Layer):
         an int sets the blocks of every layer, 1 stores all dense. The values are
         the same.
       kernel_blocks_device: the device kind ``"auto"`` chooses for, ``"cpu"`` or
-        ``"gpu"``; None (the default): the one TensorFlow runs on here. The config
-        records the kind, so a saved network loads with the storage it was saved
-        with, on any machine (its optimizer state fits it).
+        ``"gpu"``; None (the default): the kind TensorFlow places ops on in the
+        current process. The config records the kind, so a saved network loads with
+        the storage it was saved with, on any machine (its optimizer state fits it).
+      **kwargs: Keras' layer arguments (``name``, ``dtype``, ...).
 
     Attributes:
       sampling_tuning: how `sample_sequentially` schedules its pass
         (`tfp_maf.sampling.Tuning`: block size, chunk rows, parts); the default chooses
         from the sizes. Not saved with the model: it changes no value.
+      input_degrees: int array ``[D]``, each variable's 1-based position in the order.
+      degrees: one int array of degrees per hidden layer (`tfp_maf.masks`).
+      masks: the masks ``[fan_in, fan_out]``, one per hidden layer and one for the
+        output (before it is repeated for the head's parameters).
+
+    Call arguments:
+      x: ``batch + [D]``.
+      conditional_input: ``y``, ``batch + [K]`` (broadcast against ``x``'s batch);
+        required when ``conditional_dims`` is set, refused otherwise.
+
+    Raises:
+      ValueError: at construction, if ``event_size``, ``num_components`` or
+        ``conditional_dims`` is below 1, ``kernel_blocks`` is neither ``"auto"`` nor
+        an int >= 1, ``kernel_blocks_device`` is not a device kind, ``order`` is not
+        an order, ``hidden_degrees`` is not a method, or a hidden layer has no
+        units; at call time, if the last axis of ``x`` is not ``D``, or ``y`` is
+        missing, unexpected or of the wrong width.
+
+    Example:
+
+    >>> import numpy as np
+    >>> made = MADENetwork(3, hidden_units=[8], seed=0)
+    >>> shift, log_scale = made(np.zeros((5, 3), np.float32))
+    >>> shift.shape, log_scale.shape
+    (TensorShape([5, 3]), TensorShape([5, 3]))
+
+    The mixture head gives ``C`` logits, means and log-scales per variable:
+
+    >>> mog = MADENetwork(3, hidden_units=[8], num_components=4, seed=0)
+    >>> [t.shape for t in mog(np.zeros((5, 3), np.float32))]
+    [TensorShape([5, 3, 4]), TensorShape([5, 3, 4]), TensorShape([5, 3, 4])]
+
+    Output ``i`` depends only on the variables before ``i`` in the order: changing
+    ``x_1`` changes the parameters of ``x_2`` alone (the output layer starts at
+    zero by default, so give it weights first):
+
+    >>> made = MADENetwork(3, hidden_units=[8], output_kernel_initializer="glorot_uniform",
+    ...                    seed=0)
+    >>> before, _ = made(np.zeros((1, 3), np.float32))
+    >>> after, _ = made(np.array([[0., 1., 0.]], np.float32))
+    >>> (after.numpy() != before.numpy()).tolist()
+    [[False, False, True]]
     """
 
     def __init__(
