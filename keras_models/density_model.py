@@ -35,6 +35,53 @@ class DensityModel(keras.Model):
     and ``sample``. The dtype policy is float32 or float64 (`_checks.check_policy`).
 
     Subclasses implement `_distribution(y, training)`, with ``y`` checked.
+
+    The data a model takes, in ``fit``, ``evaluate``, ``predict`` and a call, is ``x``
+    ``[N, D]`` for an unconditional model and ``(x, y)`` with ``y`` ``[N, K]`` for a
+    conditional one: arrays (``fit(x)``, ``fit(x, y)``) or a `tf.data.Dataset` that
+    yields ``x`` or ``(x, y)`` (`keras_models.data.array_dataset`). ``predict`` gives
+    log p per row. No ``loss`` is compiled: the model computes its own.
+
+    Args:
+      event_size: ``D``, the number of variables.
+      conditional_dims: ``K``, the width of the side information ``y``, or None
+        for p(x).
+      **kwargs: Keras' model arguments (``name``, ``dtype``: ``"float32"`` or
+        ``"float64"``).
+
+    Raises:
+      ValueError: if ``event_size < 1`` or the dtype policy is neither float32 nor
+        float64 (16-bit and mixed policies are refused). Later calls raise
+        ValueError (or TypeError) for an ``x`` or ``y`` of the wrong width or
+        kind, or a ``y`` given to an unconditional model or missing for a
+        conditional one, naming what was expected.
+
+    Example: a conditional MAF, p(x | y) with ``y`` one of 3 classes, one-hot:
+
+    >>> import keras, numpy as np
+    >>> from keras_models import MAF
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.standard_normal((48, 2)).astype(np.float32)
+    >>> y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 48)]
+    >>> model = MAF(2, num_layers=2, hidden_units=[8], conditional_dims=3)
+    >>> model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    >>> _ = model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    >>> model((x[:4], y[:4])).shape  # log p(x | y) per row
+    TensorShape([4])
+    >>> model.sample(5, y=[0., 1., 0.], seed=0).shape  # five draws given class 1
+    TensorShape([5, 2])
+    >>> model.distribution(y[:4]).batch_shape  # p(x | y) for four rows of y
+    TensorShape([4])
+
+    Saved as ``.keras``, it loads as the same model (importing `keras_models`
+    registers the classes):
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "maf.keras")
+    >>> model.save(path)
+    >>> restored = keras.saving.load_model(path)
+    >>> bool(np.allclose(restored.log_prob(x, y), model.log_prob(x, y)))
+    True
     """
 
     def __init__(self, event_size: int, conditional_dims: int | None = None, **kwargs):
@@ -51,10 +98,40 @@ class DensityModel(keras.Model):
     def distribution(self, y=None, training: bool = False) -> tfd.Distribution:
         """p(x), or p(x | y) for a conditional model, with ``y`` and ``training`` bound.
 
-        ``y``: ``[K]`` or ``batch + [K]`` (NumPy or tensor); the distribution has its
-        batch shape, so ``sample()`` draws one x per row of ``y`` and ``sample(n)``
-        gives ``[n, *batch, D]``. ``training=True``: batch norms use the statistics of
-        the batch they see (as in training), else the stored ones.
+        A fresh TFP distribution over the model's weights, built at each call (the
+        model owns the weights; the distribution is a view of them): use it for
+        what the model's own methods do not offer, e.g. gradients of samples under
+        a `tf.GradientTape` or ``experimental_sample_and_log_prob``.
+
+        Args:
+          y: ``[K]`` or ``batch + [K]`` (NumPy or tensor) for a conditional model;
+            the distribution has its batch shape, so ``sample()`` draws one x per
+            row of ``y`` and ``sample(n)`` gives ``[n, *batch, D]``. None for an
+            unconditional model.
+          training: True: batch norms use the statistics of the batch they see (as
+            in training), else the stored ones.
+
+        Returns:
+          A `tfd.Distribution` with event shape ``[D]``: for the flows a
+          `tfd.TransformedDistribution` whose call-time keywords are bound
+          (`tfp_maf.bind_kwargs`), for `MADEMoG` a `tfp_maf.MADEMoG`, for the
+          `Gaussian` a TFP Gaussian (a mixture over the classes, if conditional).
+
+        Raises:
+          ValueError: if ``y`` is missing for a conditional model, given to an
+            unconditional one, or of the wrong width.
+
+        Example:
+
+        >>> import numpy as np
+        >>> from keras_models import MADE
+        >>> model = MADE(2, hidden_units=[8])
+        >>> dist = model.distribution()
+        >>> x = np.zeros((3, 2), np.float32)
+        >>> bool(np.allclose(dist.log_prob(x), model.log_prob(x)))
+        True
+        >>> dist.event_shape, dist.sample(4, seed=1).shape
+        (TensorShape([2]), TensorShape([4, 2]))
         """
         return self._distribution(_checks.check_y(self, y, "call distribution(y)"), training)
 
@@ -64,12 +141,54 @@ class DensityModel(keras.Model):
     def fit_in_closed_form(self, x, y=None) -> bool:
         """Fits the maximum-likelihood weights directly, where a model has them in closed
         form (`keras_models.zoo.Gaussian`), and says whether it did. `fit_as_paper` asks
-        this before gradient training."""
+        this before gradient training.
+
+        Args:
+          x: the training data ``[N, D]``.
+          y: the training side information ``[N, K]``, or None.
+
+        Returns:
+          False here (the flows are trained by gradient); True where a subclass
+          fitted the model.
+        """
         return False
 
     # -- density ---------------------------------------------------------------
 
     def log_prob(self, x, y=None, training: bool = False) -> tf.Tensor:
+        """log p(x), or log p(x | y), per row, in nats.
+
+        Eagerly and with ``training=False`` it runs one traced function per model
+        (whatever the batch size), so that a call costs the computation, not TFP's
+        Python. ``model(x)`` (``model((x, y))``) gives the same.
+
+        Args:
+          x: ``batch + [D]``, floating point (NumPy or tensor); cast to the model's
+            dtype.
+          y: ``batch + [K]`` for a conditional model (broadcast against ``x``'s
+            batch), else None.
+          training: True: batch norms normalise with the statistics of this batch,
+            as in a training step; False (the default): with the stored ones.
+
+        Returns:
+          A tensor of shape ``batch`` in the model's dtype.
+
+        Raises:
+          ValueError: if the last axis of ``x`` is not ``D``, or ``y`` is missing,
+            unexpected or of the wrong width.
+          TypeError: if ``x`` is not floating point, or a dict.
+
+        Example:
+
+        >>> import numpy as np
+        >>> from keras_models import MADE
+        >>> model = MADE(2, hidden_units=[8])
+        >>> x = np.zeros((3, 2), np.float32)
+        >>> np.round(model.log_prob(x).numpy(), 4)  # untrained: N(0, I), log p(0) = -log(2 pi)
+        array([-1.8379, -1.8379, -1.8379], dtype=float32)
+        >>> bool(np.all(model(x).numpy() == model.log_prob(x).numpy()))
+        True
+        """
         x, y = _checks.check_x(self, x), _checks.check_y(self, y, "call log_prob(x, y)")
         if tf.executing_eagerly() and not training:
             # One traced program per model for every batch size: an eager TFP call costs
@@ -96,10 +215,32 @@ class DensityModel(keras.Model):
     def sample(self, n: int, y=None, seed=None) -> tf.Tensor:
         """``[n, D]`` samples.
 
-        For a conditional model ``y`` is one row ``[K]`` or ``[1, K]`` (every sample
-        given it) or ``[n, K]`` (one row per sample). ``seed``: an int or two int32s;
-        either gives the same samples on every call (an int ``s`` is the stateless seed
-        ``(0, s)``).
+        Exact samples, computed without gradients; for differentiable samples use
+        ``model.distribution(y).sample(...)`` under a `tf.GradientTape`.
+
+        Args:
+          n: the number of samples, an integer >= 0 (Python, NumPy or an integer
+            tensor).
+          y: for a conditional model, one row ``[K]`` or ``[1, K]`` (every sample
+            given it) or ``[n, K]`` (one row per sample); else None.
+          seed: None (fresh draws), or an int or two int32s; either gives the same
+            samples on every call (an int ``s`` is the stateless seed ``(0, s)``).
+
+        Returns:
+          A tensor ``[n, D]`` in the model's dtype.
+
+        Raises:
+          ValueError: if ``n`` is not an integer >= 0, or ``y`` is missing,
+            unexpected, or of a shape other than ``[K]``, ``[1, K]`` or ``[n, K]``.
+
+        Example:
+
+        >>> import numpy as np
+        >>> from keras_models import MADE
+        >>> model = MADE(2, hidden_units=[8])
+        >>> a, b = model.sample(4, seed=7), model.sample(4, seed=7)
+        >>> a.shape, a.dtype, bool(np.all(a.numpy() == b.numpy()))
+        (TensorShape([4, 2]), tf.float32, True)
         """
         n = _checks.check_count(n, self.name)
         if isinstance(seed, int):  # TFP would read an int as a stateful op seed
@@ -123,7 +264,22 @@ class DensityModel(keras.Model):
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
         """Keras' export, with this model's endpoints (`keras_models.export`): ``serve``
         is the call (log p per row; ``serve((x, y))`` for a conditional model), and
-        ``log_prob`` and ``sample`` are served beside it. Other formats go to Keras."""
+        ``log_prob`` and ``sample`` are served beside it. Other formats go to Keras.
+
+        Args:
+          filepath: the directory to write.
+          format: ``"tf_saved_model"`` (this model's endpoints,
+            `keras_models.export.export_saved_model`) or another of Keras'
+            formats (Keras' own export, ``serve`` only).
+          verbose: print Keras' summary of the endpoints.
+          input_signature: ``serve``'s, as Keras takes it (default: ``x`` or
+            ``(x, y)`` with any number of rows, in the model's dtype).
+          **kwargs: passed to Keras for other formats.
+
+        The SavedModel needs TensorFlow only to load and run; see
+        `keras_models.export.export_saved_model` for an example that reloads it
+        and calls every endpoint.
+        """
         if format != "tf_saved_model":
             return super().export(filepath, format=format, verbose=verbose,
                                   input_signature=input_signature, **kwargs)
@@ -137,7 +293,27 @@ class DensityModel(keras.Model):
 
     def set_batch_norm_statistics(self, x, y=None, batch_size: int = 10_000) -> None:
         """Every batch norm's statistics from the whole training set (the paper's
-        evaluation-time statistics; `keras_models.batch_norm_statistics`)."""
+        evaluation-time statistics; `keras_models.batch_norm_statistics`).
+
+        `keras_models.training.fit_as_paper` does this before each validation and
+        at the end of training; call it after a training loop of your own, before
+        evaluating or sampling.
+
+        Args:
+          x: the training data ``[N, D]``.
+          y: the training side information ``[N, K]`` for a conditional model.
+          batch_size: rows per pass through the flow.
+
+        Example:
+
+        >>> import numpy as np
+        >>> from keras_models import MAF
+        >>> x = np.random.default_rng(0).normal(3.0, 2.0, (100, 2)).astype(np.float32)
+        >>> model = MAF(2, num_layers=1, hidden_units=[8])
+        >>> model.set_batch_norm_statistics(x)
+        >>> bool(np.allclose(model.norms[0].mean.numpy(), x.mean(0), atol=1e-5))
+        True
+        """
         set_batch_norm_statistics(self, x, y, batch_size)
 
     # -- training --------------------------------------------------------------

@@ -79,7 +79,7 @@ class MaskedAutoregressive(LayerVariables, FusedBijector):
     >>> from tfp_maf.bijectors import MaskedAutoregressive
     >>> flow = tfp.distributions.TransformedDistribution(
     ...     tfp.distributions.MultivariateNormalDiag(loc=np.zeros(2, np.float32)),
-    ...     MaskedAutoregressive(MADENetwork(2, hidden_units=[16], seed=0)))
+    ...     MaskedAutoregressive(MADENetwork(2, hidden_units=[8], seed=0)))
     >>> flow.log_prob(np.zeros((4, 2), np.float32)).shape
     TensorShape([4])
     >>> flow.sample(3, seed=1).shape
@@ -89,7 +89,7 @@ class MaskedAutoregressive(LayerVariables, FusedBijector):
 
     Conditional on ``y`` of width 3, passed by the bijector's name:
 
-    >>> made = MADENetwork(2, hidden_units=[16], conditional_dims=3, seed=0)
+    >>> made = MADENetwork(2, hidden_units=[8], conditional_dims=3, seed=0)
     >>> maf = MaskedAutoregressive(made, name="maf_0")
     >>> y = np.eye(3, dtype=np.float32)[[0, 1, 2, 0]]
     >>> maf.inverse(np.zeros((4, 2), np.float32), conditional_input=y).shape

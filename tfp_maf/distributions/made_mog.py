@@ -73,7 +73,7 @@ class MADEMoG(LayerVariables, tfd.Distribution):
     >>> import numpy as np
     >>> from tfp_maf.layers import MADENetwork
     >>> from tfp_maf.distributions import MADEMoG
-    >>> dist = MADEMoG(MADENetwork(2, hidden_units=[16], num_components=3, seed=0))
+    >>> dist = MADEMoG(MADENetwork(2, hidden_units=[8], num_components=2, seed=0))
     >>> dist.sample(4, seed=1).shape
     TensorShape([4, 2])
     >>> dist.log_prob(np.zeros((4, 2), np.float32)).shape
@@ -82,7 +82,7 @@ class MADEMoG(LayerVariables, tfd.Distribution):
     Conditional on ``y`` of width 3: bound at construction, the distribution
     has the batch shape of ``y`` and ``sample()`` draws one ``x`` per row:
 
-    >>> made = MADENetwork(2, hidden_units=[16], num_components=3, conditional_dims=3, seed=0)
+    >>> made = MADENetwork(2, hidden_units=[8], num_components=2, conditional_dims=3, seed=0)
     >>> given_y = MADEMoG(made, conditional_input=np.eye(3, dtype=np.float32))
     >>> given_y.batch_shape, given_y.sample(seed=1).shape
     (TensorShape([3]), TensorShape([3, 2]))

@@ -26,12 +26,12 @@ loop of D full passes gives (the engine's schedule is set per MADE, `Tuning`):
 >>> import numpy as np
 >>> from tfp_maf import MADENetwork, MaskedAutoregressive
 >>> from tfp_maf.sampling import Tuning
->>> made = MADENetwork(3, hidden_units=[8], output_kernel_initializer="glorot_uniform", seed=0)
+>>> made = MADENetwork(2, hidden_units=[8], output_kernel_initializer="glorot_uniform", seed=0)
 >>> made.sampling_tuning = Tuning(block_steps=1)  # step by step (the default for small MADEs)
->>> u = np.random.RandomState(0).standard_normal((4, 3)).astype(np.float32)
->>> x = MaskedAutoregressive(made).forward(u)  # one pass, spread over 3 steps
+>>> u = np.random.RandomState(0).standard_normal((4, 2)).astype(np.float32)
+>>> x = MaskedAutoregressive(made).forward(u)  # one pass, spread over D = 2 steps
 >>> x_loop = np.zeros_like(u)
->>> for _ in range(3):  # D full passes
+>>> for _ in range(2):  # D full passes
 ...     shift, log_scale = made(x_loop)
 ...     x_loop = u * np.exp(log_scale) + shift
 >>> bool(np.allclose(x, x_loop, atol=1e-5))
