@@ -3,6 +3,23 @@
 Long runs are protected: `RunBackup` lets a killed run continue exactly where it
 stopped, and `StopOnNonFinite` ends a run whose loss stops being finite with the last
 good weights in place.
+
+`compile_as_paper` sets the optimizer, `fit_as_paper` the loop (early stopping on the
+validation loss, the best weights restored, the batch norms' statistics set from the
+training set, `BatchNormStatistics`). The callbacks work in any ``fit``.
+
+Example: the paper's recipe on a small sample of the Figure 1 density:
+
+>>> from keras_models import MADE, data, training
+>>> splits = data.load("figure1", n_train=64, n_val=32, n_test=32)
+>>> pipes = splits.pipelines(batch_size=16, eval_batch_size=32)
+>>> model = training.compile_as_paper(MADE(2, hidden_units=[8]), "made",
+...                                   jit_compile=False)  # XLA pays on long runs only
+>>> history, info = training.fit_as_paper(model, pipes.train, pipes.validation,
+...                                       splits.x_train, max_epochs=2, verbose=0,
+...                                       shuffle_epoch=pipes.epoch)
+>>> info["epochs"], info["early_stopped"], len(history.history["val_loss"])
+(2, False, 2)
 """
 
 from __future__ import annotations
@@ -36,7 +53,26 @@ __all__ = [
 
 
 class TimeBudget(keras.callbacks.Callback):
-    """Stops training at the end of the epoch during which ``minutes`` ran out."""
+    """Stops training at the end of the epoch during which ``minutes`` ran out.
+
+    Args:
+      minutes: the training time allowed, counted from the start of ``fit``.
+
+    Attributes:
+      stopped: whether this callback ended the run.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from keras_models import MADE
+    >>> model = MADE(2, hidden_units=[8])
+    >>> model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    >>> budget = TimeBudget(minutes=0)  # spent at once: one epoch runs
+    >>> history = model.fit(np.zeros((32, 2), np.float32), epochs=5, callbacks=[budget],
+    ...                     verbose=0)
+    >>> len(history.history["loss"]), budget.stopped
+    (1, True)
+    """
 
     def __init__(self, minutes: float):
         super().__init__()
@@ -54,7 +90,13 @@ class TimeBudget(keras.callbacks.Callback):
 
 class ShuffleEpoch(keras.callbacks.Callback):
     """Keeps a pipeline's shuffle counter (`keras_models.data.array_dataset`) equal
-    to Keras' epoch number, so that a resumed run replays the batches of each epoch."""
+    to Keras' epoch number, so that a resumed run replays the batches of each epoch.
+
+    `fit_as_paper` adds it when given ``shuffle_epoch``.
+
+    Args:
+      counter: the pipeline's int64 `tf.Variable` (``Pipelines.epoch``).
+    """
 
     def __init__(self, counter):
         super().__init__()
@@ -71,6 +113,11 @@ class StopOnNonFinite(keras.callbacks.Callback):
     Keras' ``TerminateOnNaN`` stops too, but leaves the NaN weights in the model;
     here what was learned up to the last good epoch is kept. ``message`` says what
     happened (``None`` while all is well); it is also written to stderr.
+
+    `fit_as_paper` always uses it; add it to the callbacks of a ``fit`` of your own.
+
+    Attributes:
+      message: why training stopped, or None.
     """
 
     def __init__(self):
@@ -118,7 +165,34 @@ class RunBackup(keras.callbacks.Callback):
     ``seconds`` the training time of the run so far, over every resumption.
     Pass ``initial_epoch=backup.saved_epoch()`` to `fit`, so that it counts on from
     there (what `keras.callbacks.BackupAndRestore` does by writing a private attribute
-    of the model).
+    of the model). `fit_as_paper` does all this when given ``backup_dir``.
+
+    The directory holds the last epoch's weights (``epoch-E.weights.h5``, the
+    optimizer's state included), ``state.json`` and, with a ``stopper``, the best
+    weights so far (``best-E.npz``); older files are deleted.
+
+    Args:
+      directory: where to write; created at the first epoch's end.
+      stopper: the run's `keras.callbacks.EarlyStopping`, whose state is saved and
+        restored with the run's; None for a run without early stopping.
+
+    Example: a run of one epoch, then the same run started again for two:
+
+    >>> import keras, os, tempfile, numpy as np
+    >>> from keras_models import MADE
+    >>> model = MADE(2, hidden_units=[8])
+    >>> model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    >>> x, directory = np.zeros((32, 2), np.float32), tempfile.mkdtemp()
+    >>> backup = RunBackup(directory)
+    >>> _ = model.fit(x, epochs=1, callbacks=[backup], initial_epoch=backup.saved_epoch(),
+    ...               verbose=0)
+    >>> sorted(os.listdir(directory))
+    ['epoch-1.weights.h5', 'state.json']
+    >>> backup = RunBackup(directory)  # as a new process would
+    >>> history = model.fit(x, epochs=2, callbacks=[backup],
+    ...                     initial_epoch=backup.saved_epoch(), verbose=0)
+    >>> backup.resumed_from, history.epoch  # only the second epoch ran
+    (1, [1])
     """
 
     STATE = "state.json"
@@ -131,7 +205,11 @@ class RunBackup(keras.callbacks.Callback):
         self._seconds_before, self._begin = 0.0, None
 
     def saved_epoch(self) -> int:
-        """The epochs the backed-up run had finished (0 for none): fit's ``initial_epoch``."""
+        """The epochs the backed-up run had finished (0 for none): fit's ``initial_epoch``.
+
+        Returns:
+          An int: the epoch of ``state.json``, or 0 when there is none.
+        """
         state_path = self.directory / self.STATE
         return json.loads(state_path.read_text())["epoch"] if state_path.exists() else 0
 
@@ -220,6 +298,28 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
     compiles without XLA and one step per call: TensorFlow cannot XLA-compile a
     step whose variables are mirrored on other devices, and Keras' multi-step loop
     fails under `MirroredStrategy` (both seen with TensorFlow 2.21).
+
+    Args:
+      model: a `keras_models.DensityModel`.
+      model_name: the zoo's name of the model (`keras_models.build`), which picks
+        the step size: ``"made"`` and ``"made-mog"`` get ``1e-3``, every other name
+        ``1e-4``.
+      jit_compile: compile the steps with XLA (Keras' ``jit_compile``).
+      steps_per_execution: training steps per call into the compiled loop.
+      learning_rate: Adam's step size, overriding the paper's.
+
+    Returns:
+      ``model``, compiled (no loss: the model computes its own).
+
+    Example:
+
+    >>> from keras_models import MADE, MAF
+    >>> model = compile_as_paper(MADE(2, hidden_units=[8]), "made")
+    >>> round(float(model.optimizer.learning_rate), 6), model.steps_per_execution
+    (0.001, 10)
+    >>> model = compile_as_paper(MAF(2, hidden_units=[8]), "maf5")
+    >>> round(float(model.optimizer.learning_rate), 6)
+    0.0001
     """
     if tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1:
         jit_compile, steps_per_execution = False, 1
@@ -253,10 +353,50 @@ def fit_as_paper(
     whether early stopping was reached, the epoch a resumed run started at, and
     why training stopped if the loss stopped being finite.
 
-    ``backup_dir``: back the run up there every epoch (`RunBackup`); a run started
-    again with the same directory continues where the last one stopped.
-    ``shuffle_epoch``: the training pipeline's shuffle counter
-    (``Pipelines.epoch``), which a resumed run needs to replay the same batches.
+    A model with a closed form (`keras_models.Gaussian`) is fitted in it instead,
+    and nothing is trained.
+
+    Args:
+      model: a compiled `keras_models.DensityModel` (`compile_as_paper`).
+      train_ds: the training data, as ``fit`` takes it: a `tf.data.Dataset` of
+        ``x`` or ``(x, y)`` batches (`keras_models.data.Pipelines.train`). It is
+        not shuffled here: the pipeline shuffles.
+      val_ds: the validation data, as ``fit``'s ``validation_data``.
+      x_train: the whole training set ``[N, D]`` as an array, for the batch
+        norms' statistics and a closed-form fit.
+      y_train: its side information ``[N, K]`` for a conditional model.
+      max_epochs: the most epochs to run.
+      patience: epochs without a better validation loss before stopping (30 in
+        the paper).
+      max_minutes: stop at the end of the epoch in which this many minutes ran
+        out (`TimeBudget`); None for no limit.
+      callbacks: more Keras callbacks, run before the ones added here.
+      verbose: as ``fit``'s.
+      backup_dir: back the run up there every epoch (`RunBackup`); a run started
+        again with the same directory continues where the last one stopped.
+      shuffle_epoch: the training pipeline's shuffle counter
+        (``Pipelines.epoch``), which a resumed run needs to replay the same batches.
+
+    Returns:
+      ``(history, info)``: Keras' ``History`` (None for a closed-form fit) and a
+      dict with ``epochs`` (the last epoch run, counting those of earlier runs
+      resumed from), ``early_stopped``, ``best_val_loss``,
+      ``resumed_from_epoch`` (None for a fresh run), ``train_seconds`` (with a
+      backup, over every resumption; else None) and ``stopped_on_non_finite``
+      (`StopOnNonFinite`'s message, or None). A closed-form fit gives
+      ``{"epochs": 0, "early_stopped": True, "closed_form": True}``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_models import MADE
+    >>> from keras_models.data import array_dataset
+    >>> x = np.random.default_rng(0).standard_normal((64, 2)).astype(np.float32)
+    >>> model = compile_as_paper(MADE(2, hidden_units=[8]), "made", jit_compile=False)
+    >>> _, info = fit_as_paper(model, array_dataset(x[:48], batch_size=16, shuffle=True),
+    ...                        array_dataset(x[48:]), x[:48], max_epochs=3, verbose=0)
+    >>> info["epochs"], info["stopped_on_non_finite"]
+    (3, None)
     """
     if model.fit_in_closed_form(x_train, y_train):
         return None, {"epochs": 0, "early_stopped": True, "closed_form": True}
