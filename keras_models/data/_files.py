@@ -58,7 +58,19 @@ class DatasetFileNotFoundError(FileNotFoundError):
 
 
 def data_root(data_dir: str | os.PathLike | None = None) -> Path:
-    """The data root: ``data_dir``, else ``$TFP_MAF_DATA``, else ``~/.tfp_maf/data``."""
+    """The data root: ``data_dir``, else ``$TFP_MAF_DATA``, else ``~/.tfp_maf/data``.
+
+    Args:
+      data_dir: a directory, or None.
+
+    Returns:
+      The root as a `pathlib.Path`, ``~`` expanded.
+
+    Example:
+
+    >>> data_root("datasets").name
+    'datasets'
+    """
     if data_dir is not None:
         return Path(data_dir).expanduser()
     if os.environ.get(DATA_ENV):

@@ -106,6 +106,22 @@ def load_mnist(data_dir=None, source: str = "pickle") -> Splits:
     ``source='pickle'`` reads ``<root>/mnist/mnist.pkl.gz`` (the classic pickle);
     ``source='tfds'`` uses an already prepared tfds ``mnist`` (``data_dir`` is then the
     tfds data directory), its last 10,000 training images as validation.
+
+    Args:
+      data_dir: the data root (`keras_models.data.data_root`), or the tfds data
+        directory for ``source='tfds'``.
+      source: ``"pickle"`` or ``"tfds"``.
+
+    Returns:
+      `keras_models.data.Splits` with D = 784, 10 classes and
+      ``logit_lambda = 1e-6``.
+
+    Raises:
+      DatasetFileNotFoundError: if the pickle is missing.
+      ValueError: for an unknown source, or a file that is unreadable or holds
+        something else.
+      ImportError: for ``source='tfds'`` without tensorflow-datasets (the
+        ``paper`` extra).
     """
     if source == "tfds":
         train, test = _tfds_arrays("mnist", data_dir)
@@ -167,6 +183,23 @@ def load_cifar10(data_dir=None, source: str = "batches", flip: bool = True) -> S
     ``source='batches'`` reads ``<root>/cifar10/data_batch_1..5`` and ``test_batch``;
     ``source='tfds'`` uses an already prepared tfds ``cifar10`` (``data_dir`` is then the
     tfds data directory).
+
+    Args:
+      data_dir: the data root (`keras_models.data.data_root`), or the tfds data
+        directory for ``source='tfds'``.
+      source: ``"batches"`` or ``"tfds"``.
+      flip: add the horizontal flip of every training image (the paper does).
+
+    Returns:
+      `keras_models.data.Splits` with D = 3072, 10 classes and
+      ``logit_lambda = 0.05``.
+
+    Raises:
+      DatasetFileNotFoundError: if a batch file is missing.
+      ValueError: for an unknown source, or a file that is unreadable or holds
+        something else.
+      ImportError: for ``source='tfds'`` without tensorflow-datasets (the
+        ``paper`` extra).
     """
     if source == "tfds":
         (x, l), (xt, lt) = _tfds_arrays("cifar10", data_dir)

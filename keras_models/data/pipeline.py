@@ -17,6 +17,18 @@ __all__ = ["Pipelines", "array_dataset", "make_pipelines"]
 
 
 class Pipelines(typing.NamedTuple):
+    """The ``tf.data`` datasets of a dataset's three splits (`make_pipelines`).
+
+    Each yields ``x`` batches, or ``(x, y)`` for a conditional model: what
+    ``fit``, ``evaluate`` and `keras_models.training.fit_as_paper` take.
+
+    Attributes:
+      train: shuffled batches, a new order every epoch.
+      validation: ordered batches of the validation split.
+      test: ordered batches of the test split.
+      epoch: the training pipeline's shuffle counter.
+    """
+
     train: tf.data.Dataset
     validation: tf.data.Dataset
     test: tf.data.Dataset
@@ -36,6 +48,21 @@ def array_dataset(x: np.ndarray, y: np.ndarray | None = None, batch_size: int = 
     process: a run resumed at epoch ``e`` sets ``epoch`` to ``e``
     (`keras_models.training.fit_as_paper` does) and sees exactly the batches an
     uninterrupted run would have seen.
+
+    Args:
+      x: the rows ``[N, D]``.
+      y: their side information ``[N, K]``, or None.
+      batch_size: rows per batch.
+      shuffle: draw a new order of the rows every pass.
+      seed: the shuffle's seed (None: 0).
+      drop_remainder: drop a last batch of fewer than ``batch_size`` rows.
+      epoch: the shuffle counter to read and increment; None creates one.
+
+    Returns:
+      A `tf.data.Dataset` of ``x`` (or ``(x, y)``) batches, its cardinality known.
+
+    Raises:
+      ValueError: if ``x`` has no rows, or ``y`` not one row per row of ``x``.
 
     Example:
 
@@ -86,7 +113,31 @@ def array_dataset(x: np.ndarray, y: np.ndarray | None = None, batch_size: int = 
 def make_pipelines(splits, batch_size: int = 100, eval_batch_size: int = 10_000, seed: int = 0,
                    conditional: bool = False) -> Pipelines:
     """Shuffled training batches and ordered validation / test batches of ``splits``
-    (a ``Splits``), yielding ``x``, or ``(x, y)`` when ``conditional``."""
+    (a ``Splits``), yielding ``x``, or ``(x, y)`` when ``conditional``.
+
+    Args:
+      splits: a `keras_models.data.Splits`.
+      batch_size: rows per training batch (100 in the paper).
+      eval_batch_size: rows per validation and test batch.
+      seed: the training shuffle's seed.
+      conditional: yield ``(x, y)`` pairs, for a conditional model.
+
+    Returns:
+      `Pipelines`; its ``epoch`` is the training pipeline's shuffle counter.
+
+    Raises:
+      ValueError: if ``conditional`` and ``splits`` has no labels.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_models.data import Splits
+    >>> x, y = np.zeros((30, 2), np.float32), np.eye(3, dtype=np.float32)[np.arange(30) % 3]
+    >>> pipes = make_pipelines(Splits("toy", x, x, x, y, y, y, num_classes=3), batch_size=10,
+    ...                        conditional=True)
+    >>> [t.shape for t in next(iter(pipes.train))]
+    [TensorShape([10, 2]), TensorShape([10, 3])]
+    """
     if conditional and splits.y_train is None:
         raise ValueError(f"{splits.name} has no labels: a conditional model needs labelled data.")
     y = (lambda s: getattr(splits, f"y_{s}")) if conditional else (lambda s: None)

@@ -19,6 +19,30 @@ class Splits:
 
     ``x_train`` is the whole training set as an array, for batch-norm statistics and the
     closed-form Gaussian; ``pipelines`` gives the ``tf.data`` view of the same arrays.
+
+    Attributes:
+      name: the dataset's name (``"power"``, ...).
+      x_train: the training rows ``[N_train, D]``.
+      x_val: the validation rows (early stopping).
+      x_test: the test rows.
+      y_train: one-hot labels of the training rows, or None.
+      y_val: of the validation rows, or None.
+      y_test: of the test rows, or None.
+      num_classes: the number of classes of labelled data, or None.
+      logit_lambda: the logit transform's lambda of image data, or None.
+
+    Raises:
+      ValueError: at construction, if a split is not a matrix with rows and
+        columns, holds a non-finite value, or has a label count other than its
+        row count.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.zeros((10, 3), np.float32)
+    >>> splits = Splits("zeros", x, x[:2], x[:4])
+    >>> splits.event_size, splits.sizes, splits.y_train is None
+    (3, (10, 2, 4), True)
     """
 
     name: str
@@ -48,14 +72,33 @@ class Splits:
 
     @property
     def event_size(self) -> int:
+        """``D``, the number of columns."""
         return int(self.x_train.shape[1])
 
     @property
     def sizes(self) -> tuple[int, int, int]:
+        """The rows of the training, validation and test splits."""
         return len(self.x_train), len(self.x_val), len(self.x_test)
 
     def labels(self, split: str) -> np.ndarray:
-        """Integer labels of ``split`` ('train', 'val' or 'test')."""
+        """Integer labels of ``split`` ('train', 'val' or 'test').
+
+        Args:
+          split: ``"train"``, ``"val"`` or ``"test"``.
+
+        Returns:
+          An int array ``[N]``: the argmax of each one-hot row.
+
+        Raises:
+          ValueError: if the dataset has no labels.
+
+        Example:
+
+        >>> import numpy as np
+        >>> x, y = np.zeros((3, 2), np.float32), np.eye(3, dtype=np.float32)
+        >>> Splits("toy", x, x, x, y, y, y, num_classes=3).labels("test").tolist()
+        [0, 1, 2]
+        """
         y = getattr(self, f"y_{split}")
         if y is None:
             raise ValueError(f"{self.name} has no labels.")
@@ -63,7 +106,29 @@ class Splits:
 
     def pipelines(self, batch_size: int = 100, eval_batch_size: int = 10_000, seed: int = 0,
                   conditional: bool = False):
-        """``(train, validation, test)`` ``tf.data`` datasets; see ``pipeline.make_pipelines``."""
+        """The ``tf.data`` datasets of the three splits: `make_pipelines` of these arrays.
+
+        Args:
+          batch_size: rows per training batch (100 in the paper).
+          eval_batch_size: rows per validation and test batch.
+          seed: the training shuffle's seed.
+          conditional: yield ``(x, y)`` instead of ``x``, for a conditional model.
+
+        Returns:
+          `keras_models.data.Pipelines`: ``train`` (shuffled anew each epoch),
+          ``validation``, ``test`` and the shuffle counter ``epoch``.
+
+        Raises:
+          ValueError: if ``conditional`` and the data have no labels.
+
+        Example:
+
+        >>> import numpy as np
+        >>> x = np.zeros((250, 3), np.float32)
+        >>> pipes = Splits("zeros", x, x[:50], x[:50]).pipelines(batch_size=100)
+        >>> [b.shape[0] for b in pipes.train], int(pipes.epoch.numpy())  # one pass read
+        ([100, 100, 50], 1)
+        """
         from keras_models.data.pipeline import make_pipelines
 
         return make_pipelines(self, batch_size, eval_batch_size, seed, conditional)
@@ -71,7 +136,14 @@ class Splits:
 
 def tail_split(data: np.ndarray, fraction: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
     """``(head, tail)`` with the last ``int(fraction * N)`` rows as the tail, the
-    published loaders' rule for every held-out split (test, then validation)."""
+    published loaders' rule for every held-out split (test, then validation).
+
+    Example:
+
+    >>> head, tail = tail_split(np.arange(20).reshape(10, 2))
+    >>> head.shape, tail.tolist()
+    ((9, 2), [[18, 19]])
+    """
     n_tail = int(fraction * data.shape[0])
     return data[: data.shape[0] - n_tail], data[data.shape[0] - n_tail :]
 
@@ -80,6 +152,12 @@ def standardize(*arrays: np.ndarray, stats_from: np.ndarray, ddof: int = 0) -> l
     """``(a - mean) / std`` for each array, with per-column statistics of ``stats_from``.
 
     ``ddof=0`` is NumPy's default (POWER, MINIBOONE), ``ddof=1`` pandas' (GAS, HEPMASS).
+
+    Example:
+
+    >>> train = np.array([[0.0], [2.0]])
+    >>> [a.tolist() for a in standardize(train, np.array([[4.0]]), stats_from=train)]
+    [[[-1.0], [1.0]], [[3.0]]]
     """
     mu = stats_from.mean(axis=0)
     s = stats_from.std(axis=0, ddof=ddof)

@@ -81,7 +81,18 @@ def preprocess_power(raw: np.ndarray):
 
 
 def load_power(data_dir=None) -> Splits:
-    """POWER from ``<root>/power/data.npy``; see ``preprocess_power``."""
+    """POWER from ``<root>/power/data.npy``; see ``preprocess_power``.
+
+    Args:
+      data_dir: the data root (`keras_models.data.data_root`).
+
+    Returns:
+      `keras_models.data.Splits` with D = 6.
+
+    Raises:
+      DatasetFileNotFoundError: if the file is missing.
+      ValueError: if it is unreadable or not an ``[N, 8]`` array.
+    """
     path = dataset_file(data_root(data_dir), "power", "power", "data.npy")
     with reading(path, "power", "a NumPy .npy array"):
         raw = np.load(path)
@@ -122,7 +133,19 @@ def preprocess_gas(frame):
 
 
 def load_gas(data_dir=None) -> Splits:
-    """GAS from ``<root>/gas/ethylene_CO.pickle`` (a pandas DataFrame); see ``preprocess_gas``."""
+    """GAS from ``<root>/gas/ethylene_CO.pickle`` (a pandas DataFrame); see ``preprocess_gas``.
+
+    Args:
+      data_dir: the data root (`keras_models.data.data_root`).
+
+    Returns:
+      `keras_models.data.Splits` with D = 8 on the real file.
+
+    Raises:
+      DatasetFileNotFoundError: if the file is missing.
+      ValueError: if it is unreadable, not a DataFrame, or lacks the columns.
+      ImportError: without pandas (the ``paper`` extra).
+    """
     pd = require("pandas", "the GAS loader")
 
     path = dataset_file(data_root(data_dir), "gas", "gas", "ethylene_CO.pickle")
@@ -185,7 +208,22 @@ def preprocess_hepmass(train_frame, test_frame):
 
 
 def load_hepmass(data_dir=None) -> Splits:
-    """HEPMASS from ``<root>/hepmass/1000_train.csv`` and ``1000_test.csv``."""
+    """HEPMASS from ``<root>/hepmass/1000_train.csv`` and ``1000_test.csv``.
+
+    See ``preprocess_hepmass``.
+
+    Args:
+      data_dir: the data root (`keras_models.data.data_root`).
+
+    Returns:
+      `keras_models.data.Splits` with D = 21 on the real files.
+
+    Raises:
+      DatasetFileNotFoundError: if a file is missing.
+      ValueError: if a file is unreadable, has rows cut short, or lacks the
+        label column or the kept features.
+      ImportError: without pandas (the ``paper`` extra).
+    """
     pd = require("pandas", "the HEPMASS loader")
 
     root = data_root(data_dir)
@@ -214,7 +252,22 @@ def preprocess_miniboone(data: np.ndarray):
 
 
 def load_miniboone(data_dir=None, filename: str = "data.npy", folder: str = "miniboone") -> Splits:
-    """MINIBOONE from ``<root>/miniboone/data.npy`` (36,488 x 43)."""
+    """MINIBOONE from ``<root>/miniboone/data.npy`` (36,488 x 43).
+
+    See ``preprocess_miniboone``.
+
+    Args:
+      data_dir: the data root (`keras_models.data.data_root`).
+      filename: the file's name in its folder.
+      folder: the folder under the root.
+
+    Returns:
+      `keras_models.data.Splits` with D = 43.
+
+    Raises:
+      DatasetFileNotFoundError: if the file is missing.
+      ValueError: if it is unreadable or not an ``[N, 43]`` array.
+    """
     path = dataset_file(data_root(data_dir), "miniboone", folder, filename)
     with reading(path, "miniboone", "a NumPy .npy array"):
         data = np.load(path)
@@ -228,7 +281,18 @@ BSDS300_SPLITS = ("train", "validation", "test")
 
 def load_bsds300(data_dir=None) -> Splits:
     """BSDS300 from ``<root>/BSDS300/BSDS300.hdf5``: datasets ``train``, ``validation``,
-    ``test`` of 8x8 patches with the last pixel dropped (D = 63), used as stored."""
+    ``test`` of 8x8 patches with the last pixel dropped (D = 63), used as stored.
+
+    Args:
+      data_dir: the data root (`keras_models.data.data_root`).
+
+    Returns:
+      `keras_models.data.Splits` with D = 63.
+
+    Raises:
+      DatasetFileNotFoundError: if the file is missing.
+      ValueError: if it is unreadable, lacks a dataset or one is not ``[N, 63]``.
+    """
     import h5py
 
     path = dataset_file(data_root(data_dir), "bsds300", "BSDS300", "BSDS300.hdf5")
