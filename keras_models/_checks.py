@@ -192,7 +192,7 @@ def check_policy(policy, owner: str) -> None:
     exponentiates the log-scales, which bfloat16's 8-bit mantissa resolves to about 1%
     (8 nats of MNIST's -1300) and float16 overflows past e^11. Mixed policies need the
     matmuls in 16 bits and the affine maps, log-dets, base density and loss in float32;
-    ``benchmarks/mixed_precision.py`` does that split by hand for a MAF and reaches
+    ``benchmarks/experiments/mixed_precision.py`` does that split by hand for a MAF and reaches
     float32's likelihood on the Figure 1 density, 1.4x slower on CPU. The models,
     their batch norms and the sampler do not do that split, so the policy is refused
     rather than run in a precision nobody tested.
