@@ -204,7 +204,7 @@ class DensityModel(keras.Model):
         key = (name, None if y is None else y.shape.rank)
         if key not in cache:
             # Not converted by AutoGraph: nothing in it branches on tensors, and AutoGraph
-            # could not parse the source of log_prob's lambda (it warned, in `reproduce`).
+            # cannot parse the source of log_prob's lambda (it would warn on every trace).
             cache[key] = traced_on_purpose(tf.autograph.experimental.do_not_convert(fn), reduce_retracing=True)
         return cache[key]
 

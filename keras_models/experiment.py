@@ -57,7 +57,7 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
         max_minutes=max_minutes, verbose=verbose, backup_dir=backup_dir, callbacks=callbacks,
         shuffle_epoch=pipelines.epoch,
     )
-    # A resumed run's wall time counts every session it ran in (the backup keeps it).
+    # A resumed run's wall time counts every process it ran in (the backup keeps it).
     info.update(hidden_units=kwargs.get("hidden_units"), parameters=int(model.count_params()),
                 # To the float32 variable's 7 digits: 1e-2, not 0.009999999776482582.
                 learning_rate=float(f"{float(model.optimizer.learning_rate.numpy()):.7g}"),

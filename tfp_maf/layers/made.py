@@ -216,9 +216,9 @@ class MaskedDense(keras.layers.Layer):
       sees the entries outside the mask, and a constraint projects the kernel
       back onto the mask after every optimizer step, for optimizers that mix
       entries;
-    - `set_weights` (here, on `MADE` and on the `keras_models` models) and
-      loading (`.keras`, `.weights.h5`) project what they write, so files
-      saved before the kernel held the zeros load as the same network.
+    - `set_weights` (here, on `MADENetwork` and on the `keras_models` models)
+      and loading (`.keras`, `.weights.h5`) project what they write, so weights
+      with values outside the mask load as the same network.
 
     Assigning the variable directly (``layer.kernel.assign(w)``) writes ``w``
     as given: follow it with `apply_masks`. (TFP's own MADE makes the same
