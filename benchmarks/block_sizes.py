@@ -20,7 +20,7 @@ blocks of at least 128 units: the MNIST layers in 8, config A's (512 x 512, 2^18
     python benchmarks/block_sizes.py
     python benchmarks/block_sizes.py --rounds 3 --blocks 1 8   # a smoke run
 
-Writes benchmarks/results/block_sizes.json and .md.
+Writes benchmarks/results/block_sizes/<machine kind>.json and .md (`_common.report`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from concurrent.futures import ProcessPoolExecutor
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-from _common import RESULTS, fit_rounds, report, run_info, whole_executions  # noqa: E402
+from _common import fit_rounds, header, report, run_info, whole_executions  # noqa: E402
 
 import keras_models as km  # noqa: E402
 import tfp_maf  # noqa: E402
@@ -75,10 +75,9 @@ def case_times(name, D, hidden, batch, steps, blocks, rounds) -> dict:
 
 def markdown(result) -> str:
     lines = [
-        "## MAF (5) and MADE MoG training time against the MADEs' kernel blocks (`benchmarks/block_sizes.py`)",
-        "",
-        f"Command: `{result['command']}` ({result['machine']}); `fit` after `compile_as_paper`, "
-        f"medians of {result['rounds']} interleaved rounds.",
+        header(result, "MAF (5) and MADE MoG training time against the MADEs' kernel blocks "
+               "(`benchmarks/block_sizes.py`)"),
+        f"`fit` after `compile_as_paper`, medians of {result['rounds']} interleaved rounds.",
         "",
         "| case | blocks | ms per step (min) | against dense | kernel entries stored | host steal |",
         "|---|---|---|---|---|---|",
@@ -97,7 +96,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--blocks", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", default=str(RESULTS / "block_sizes.json"))
+    parser.add_argument("--out", default=None, help="the .json to write (default: see above)")
     args = parser.parse_args(argv)
     blocks = sorted(set(args.blocks) | {1})  # dense is the reference
     cases = []
@@ -109,8 +108,8 @@ def main(argv=None):
         cases.append({"name": name, "D": D, "hidden": hidden, "batch": batch, "times": times})
         print(f"{name} b{batch}: " + ", ".join(f"{g} blocks {t['ms_per_step']:.1f} ms" for g, t in times.items()),
               flush=True)
-    result = {**run_info("block_sizes.py", argv), "rounds": args.rounds, "cases": cases}
-    return report(args.out, result, markdown)
+    result = {**run_info(__file__, argv), "rounds": args.rounds, "cases": cases}
+    return report("block_sizes", result, markdown, args.out)
 
 
 if __name__ == "__main__":

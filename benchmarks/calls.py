@@ -11,8 +11,9 @@ Config "small": D 20, MAF (5) of 2 x 64 (a model small enough that per-call over
 all that is measured); config A: D 43, MAF (5) of 2 x 512. Ours with batch norm (the
 zoo's MAF), the peers without.
 
-Run:  python benchmarks/calls.py [--calls 30]
-Writes benchmarks/results/calls.json and .md.
+    python benchmarks/calls.py [--calls 30]
+
+Writes benchmarks/results/calls/<machine kind>.json and .md (`_common.report`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import RESULTS, report, run_info  # noqa: E402
+from _common import header, report, run_info  # noqa: E402
 
 import keras_models as km  # noqa: E402
 
@@ -188,7 +189,8 @@ def run_config(name, calls: int, models: int) -> dict:
 
 def markdown(result) -> str:
     lines = [
-        f"`{result['command']}` ({result['machine']}); per call: median ms after warm-up, sizes 1..300",
+        header(result, "Calls and memory of a long-lived process (`benchmarks/calls.py`)"),
+        "Per call: median ms after warm-up, sizes 1..300.",
         "",
         "| config | call | tfp-maf | zuko | TFP's MAF, eager | tfp-maf / zuko |",
         "|---|---|---|---|---|---|",
@@ -216,8 +218,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     args = parser.parse_args(argv)
     rows = [run_config(name, args.calls, args.models) for name in args.configs]
-    result = {**run_info("calls.py", argv if argv is not None else sys.argv[1:]), "rows": rows}
-    return report(RESULTS / "calls.json", result, markdown)
+    result = {**run_info(__file__, argv), "rows": rows}
+    return report("calls", result, markdown)
 
 
 if __name__ == "__main__":

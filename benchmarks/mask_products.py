@@ -13,7 +13,7 @@ step through the products.
     python benchmarks/mask_products.py
     python benchmarks/mask_products.py --rounds 2   # a smoke run
 
-Writes benchmarks/results/mask_products.json and .md.
+Writes benchmarks/results/mask_products/<machine kind>.json and .md (`_common.report`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _common import RESULTS, fit_rounds, report, run_info, whole_executions  # noqa: E402
+from _common import fit_rounds, header, report, run_info, whole_executions  # noqa: E402
 
 import keras_models as km  # noqa: E402
 from keras_models import data, training  # noqa: E402
@@ -61,11 +61,10 @@ def case_times(D, hidden, batch, steps, rounds) -> dict:
 
 def markdown(result) -> str:
     lines = [
-        "## MAF (5) `fit` with the kernels read as stored against the mask products "
-        "(`benchmarks/mask_products.py`)",
-        "",
-        f"Command: `{result['command']}` ({result['machine']}); `fit` after `compile_as_paper` (XLA), "
-        f"medians of {result['rounds']} interleaved rounds; kernels as 'auto' stores them.",
+        header(result, "MAF (5) `fit` with the kernels read as stored against the mask products "
+               "(`benchmarks/mask_products.py`)"),
+        f"`fit` after `compile_as_paper` (XLA), medians of {result['rounds']} interleaved rounds; kernels as "
+        "'auto' stores them.",
         "",
         "| case | ms per step, as stored (min) | through the products (min) | speed-up | host steal |",
         "|---|---|---|---|---|",
@@ -84,15 +83,15 @@ def markdown(result) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--out", default=str(RESULTS / "mask_products.json"))
+    parser.add_argument("--out", default=None, help="the .json to write (default: see above)")
     args = parser.parse_args(argv)
     cases = []
     for name, D, hidden, batch, steps in CASES:
         times = case_times(D, hidden, batch, steps, args.rounds)
         cases.append({"name": name, "D": D, "hidden": hidden, "batch": batch, "times": times})
         print(f"{name} b{batch}: " + ", ".join(f"{k} {t['ms_per_step']:.2f} ms" for k, t in times.items()), flush=True)
-    result = {**run_info("mask_products.py", argv), "rounds": args.rounds, "cases": cases}
-    return report(args.out, result, markdown)
+    result = {**run_info(__file__, argv), "rounds": args.rounds, "cases": cases}
+    return report("mask_products", result, markdown, args.out)
 
 
 if __name__ == "__main__":

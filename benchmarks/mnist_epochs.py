@@ -3,48 +3,45 @@
 The paper's MNIST protocol trains MAF (5), MADE, MADE MoG and Real NVP (5) with one hidden
 layer of 1,024 units (appendix C), batch 100, for hundreds of epochs of 500 steps: the
 time of an epoch decides whether the MNIST table (`tfp-maf reproduce --dataset mnist`)
-fits in a working session. Each model trains ``--steps`` steps on the real MNIST after a
+is practical. Each model trains ``--steps`` steps on the real MNIST after a
 warm-up that compiles, from the library's own shuffled pipeline, and the epoch time is
 500 steps at the measured rate (the validation pass and the batch-norm statistics pass,
 a few seconds an epoch, are not included). Also recorded: the machine's float32 matmul
 rate in the same run, and the share of it each model's dense multiply-adds reach.
 
-    python benchmarks/mnist_epochs.py --data-dir ../shared/data
-    python benchmarks/mnist_epochs.py --data-dir ../shared/data --models maf5 --steps 50 --jit off
-    python benchmarks/mnist_epochs.py --data-dir ../shared/data --kernels both   # blocks against dense
+    python benchmarks/mnist_epochs.py --kernels both   # blocks against dense
+    python benchmarks/mnist_epochs.py --models maf5 --steps 50 --jit off
 
-Writes benchmarks/results/mnist_epochs.json and .md.
+MNIST is read from ``--data-dir``, else ``$TFP_MAF_DATA``, else ``~/.tfp_maf/data``
+(`keras_models.data`). Writes benchmarks/results/mnist_epochs/<machine kind>.json and .md
+(`_common.report`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from _common import RESULTS, host_cpu_times, run_info, save, steal_share, whole_executions  # noqa: E402
+from _common import (  # noqa: E402
+    header,
+    host_cpu_times,
+    matmul_gflops,
+    report,
+    run_info,
+    steal_share,
+    whole_executions,
+)
 
 from keras_models import data, presets, training, zoo  # noqa: E402
 from tfp_maf import MaskedDense  # noqa: E402
 
 MODELS = ("maf5", "made", "made-mog", "realnvp5")
 STEPS_PER_EPOCH = 500  # 50,000 training images, batches of 100
-
-
-def matmul_gflops(seconds: float = 2.0) -> float:
-    """The machine's float32 matmul rate (2048 x 2048), for the share each model reaches."""
-    a = tf.random.normal([2048, 2048])
-    mm = tf.function(lambda a: tf.matmul(a, a))
-    mm(a).numpy()
-    runs, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        mm(a).numpy()
-        runs += 1
-    return 2 * 2048**3 * runs / (time.perf_counter() - start) / 1e9
 
 
 def epoch_time(splits, name: str, steps: int, jit: bool, blocks="auto") -> dict:
@@ -75,10 +72,8 @@ def epoch_time(splits, name: str, steps: int, jit: bool, blocks="auto") -> dict:
 
 def markdown(result: dict) -> str:
     lines = [
-        "## Seconds per MNIST epoch (batch 100, 500 steps, `model.fit` after `compile_as_paper`)",
-        "",
-        f"Matmul rate of this machine in the same run: {result['matmul_gflops']:.0f} GFLOP/s (float32, 2048 x 2048).",
-        "",
+        header(result, "Seconds per MNIST epoch (batch 100, 500 steps, `model.fit` after `compile_as_paper`; "
+               "`benchmarks/mnist_epochs.py`)"),
         "| model | XLA | kernels | ms per step | s per epoch | parameters | dense GFLOP/s (share of matmul) "
         "| host steal |",
         "|---|---|---|---|---|---|---|---|",
@@ -98,18 +93,18 @@ def markdown(result: dict) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--data-dir", default=None, help="default: $TFP_MAF_DATA, else ~/.tfp_maf/data")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--steps", type=int, default=100, help="timed steps per model (after compiling)")
     parser.add_argument("--jit", choices=("on", "off", "both"), default="on",
                         help="compile_as_paper's XLA setting (on: its default)")
     parser.add_argument("--kernels", choices=("blocks", "dense", "both"), default="blocks",
                         help="the MADEs' kernel storage (blocks: kernel_blocks='auto', the default)")
-    parser.add_argument("--out", default=str(RESULTS / "mnist_epochs.json"))
+    parser.add_argument("--out", default=None, help="the .json to write (default: see above)")
     args = parser.parse_args(argv)
 
     splits = data.load("mnist", args.data_dir)
-    result = {**run_info("mnist_epochs.py", argv), "matmul_gflops": matmul_gflops(), "rows": []}
+    result = {**run_info(__file__, argv, matmul_gflops()), "rows": []}
     for name in args.models:
         kernels = {"blocks": ["auto"], "dense": [1], "both": ["auto", 1]}[args.kernels]
         if name == "realnvp5":
@@ -120,11 +115,8 @@ def main(argv=None):
                 result["rows"].append(row)
                 print(f"{name} (XLA {'on' if jit else 'off'}, kernel_blocks {blocks}): {row['ms_per_step']} ms "
                       f"a step, {row['seconds_per_epoch']} s an epoch", flush=True)
-    save(args.out, result, markdown(result))
-    print(markdown(result))
-    return result
+    return report("mnist_epochs", result, markdown, args.out)
 
 
 if __name__ == "__main__":
-    np.set_printoptions(precision=3)
-    main()
+    main(sys.argv[1:])

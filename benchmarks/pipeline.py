@@ -1,7 +1,6 @@
 """Is the input pipeline ever what limits training? Pipeline vs training throughput.
 
-For the real MNIST and a tabular dataset (the real MINIBOONE slice) in ../shared/data,
-prints and saves (``benchmarks/results/pipeline.json``) the examples per second of
+For the real MNIST and MINIBOONE, prints and saves the examples per second of
 
 - the training pipeline alone (shuffled batches of 100, iterated as ``fit`` does), and
 - ``model.fit`` on that pipeline for MAF (5) with the paper's hidden sizes,
@@ -11,26 +10,28 @@ training epochs (config A of ``speed.py``: MAF (5) of 2 x 512 on D = 43, batch 1
 with our pipeline as it is (tf.data's autotuner off) and with the autotuner back on,
 TensorFlow's default: the autotuner's thread competes with the training step for cores.
 
-    python benchmarks/pipeline.py [--data-dir ../shared/data] [--steps 100]
-"""
+    python benchmarks/pipeline.py [--data-dir DIR] [--steps 50]
 
+The datasets are read from ``--data-dir``, else ``$TFP_MAF_DATA``, else
+``~/.tfp_maf/data`` (`keras_models.data`); ``--miniboone-folder`` names another folder
+of the same layout (a slice of MINIBOONE, say). Writes
+benchmarks/results/pipeline/<machine kind>.json and .md (`_common.report`).
+"""
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _common import run_info, save, whole_executions  # noqa: E402
+from _common import header, report, run_info, whole_executions  # noqa: E402
 
 from keras_models import data, presets, training, zoo  # noqa: E402
-
-HERE = Path(__file__).resolve().parent
 
 
 def _median_rate(fn, examples, repeats):
@@ -114,32 +115,39 @@ def autotune_effect(epochs, batch_size=1000, rows=20_000, D=43, hidden=(512, 512
     return out
 
 
+def markdown(result) -> str:
+    a = result["autotune"]
+    lines = [header(result, "The input pipeline against training (`benchmarks/pipeline.py`)"),
+             "| dataset | model | pipeline (examples/s) | training (examples/s) | ratio |", "|---|---|---|---|---|"]
+    lines += [f"| {r['dataset']} (D {r['D']}, {r['train_rows']:,} training rows) | {r['model']} "
+              f"| {r['pipeline_examples_per_s']:,} | {r['training_examples_per_s']:,} "
+              f"| {r['pipeline_over_training']}x |" for r in result["rows"]]
+    lines += ["", f"Training epochs of MAF (5) of {' x '.join(map(str, a['hidden']))} on D = {a['D']}, batch "
+              f"{a['batch_size']:,}, {a['rows']:,} rows, median of {a['epochs']} epochs: tf.data's autotuner off "
+              f"(the library's pipeline) {a['autotune_off']['examples_per_s']:,} examples/s, on "
+              f"{a['autotune_on']['examples_per_s']:,} ({a['off_over_on']}x)."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data"))
+    parser.add_argument("--data-dir", default=None, help="default: $TFP_MAF_DATA, else ~/.tfp_maf/data")
+    parser.add_argument("--miniboone-folder", default="miniboone")
     parser.add_argument("--steps", type=int, default=50, help="training steps per timed repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--autotune-epochs", type=int, default=8)
-    parser.add_argument("--out", default=str(HERE / "results" / "pipeline.json"))
+    parser.add_argument("--out", default=None, help="the .json to write (default: see above)")
     args = parser.parse_args(argv)
 
     rows = [
         measure("mnist", data.load_mnist(args.data_dir), args.steps, 100, args.repeats),
-        measure("miniboone", data.load_miniboone(args.data_dir, folder="miniboone-head"),
+        measure("miniboone", data.load_miniboone(args.data_dir, folder=args.miniboone_folder),
                 args.steps, 100, args.repeats),
     ]
     autotune = autotune_effect(args.autotune_epochs)
-    result = {**run_info("pipeline.py", argv), "rows": rows, "autotune": autotune}
-    print(f"{'dataset':10} {'D':>4} {'model':22} {'pipeline ex/s':>14} {'training ex/s':>14} {'ratio':>7}")
-    for r in rows:
-        print(f"{r['dataset']:10} {r['D']:>4} {r['model']:22} {r['pipeline_examples_per_s']:>14,} "
-              f"{r['training_examples_per_s']:>14,} {r['pipeline_over_training']:>7}")
-    print(f"training epochs, D = {autotune['D']}, batch {autotune['batch_size']}: autotuner off "
-          f"{autotune['autotune_off']['examples_per_s']:,} ex/s, on {autotune['autotune_on']['examples_per_s']:,} "
-          f"ex/s ({autotune['off_over_on']}x)")
-    save(args.out, result)
-    return result
+    result = {**run_info(__file__, argv), "rows": rows, "autotune": autotune}
+    return report("pipeline", result, markdown, args.out)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

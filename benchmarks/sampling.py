@@ -8,29 +8,28 @@ one run, float32, inside `tf.function`, medians of ``--repeats`` with min and ma
 - drawing them with the plain loop that re-runs the whole MADE D times (what TFP, nflows,
   zuko and the paper's code do; here our own `_plain_forward`, the same maths),
 
-and writes ``benchmarks/results/sampling.json``. ``benchmarks/speed.py`` compares with
-TFP's own MAF.
+``benchmarks/speed.py`` compares with TFP's own MAF.
 
     python benchmarks/sampling.py [--n 1000] [--repeats 3]
+
+Writes benchmarks/results/sampling/<machine kind>.json and .md (`_common.report`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _common import run_info, save  # noqa: E402
+from _common import header, report, run_info  # noqa: E402
 
 from tfp_maf import MADENetwork, MaskedAutoregressive  # noqa: E402
 from tfp_maf.testing import randomize_weights  # noqa: E402
-
-HERE = Path(__file__).resolve().parent
 
 
 def _time(fn, *args, repeats):
@@ -63,20 +62,27 @@ def main(argv=None):
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--plain-limit", type=int, default=784, help="largest D to time the plain loop at")
-    parser.add_argument("--out", default=str(HERE / "results" / "sampling.json"))
+    parser.add_argument("--out", default=None, help="the .json to write (default: see above)")
     args = parser.parse_args(argv)
     rows = [measure(D, args.hidden, args.n, args.repeats, args.plain_limit) for D in (8, 43, 63, 784)]
-    print(f"{'D':>4} {'log_prob s':>11} {'mask-aware s':>13} {'plain s':>9} "
-          f"{'plain/mask-aware':>17} {'mask-aware/log_prob':>20}")
-    for r in rows:
+    result = {**run_info(__file__, argv), "rows": rows}
+    return report("sampling", result, markdown, args.out)
+
+
+def markdown(result) -> str:
+    first = result["rows"][0]
+    lines = [header(result, "Mask-aware sampling against the D-pass loop (`benchmarks/sampling.py`)"),
+             f"One MADE layer of 1 x {first['hidden']} relu units, {first['n']:,} samples, inside `tf.function`, "
+             "medians.", "",
+             "| D | `log_prob` (s) | mask-aware sampling (s) | D-pass sampling (s) | D-pass / mask-aware "
+             "| mask-aware / `log_prob` |", "|---|---|---|---|---|---|"]
+    for r in result["rows"]:
         lp, fast = r["log_prob"]["median_s"], r["mask_aware_sample"]["median_s"]
         plain = r.get("plain_sample", {}).get("median_s")
-        print(f"{r['D']:>4} {lp:>11.4f} {fast:>13.4f} {plain if plain else float('nan'):>9.3f} "
-              f"{(plain / fast) if plain else float('nan'):>17.1f} {fast / lp:>20.1f}")
-    result = {**run_info("sampling.py", argv), "rows": rows}
-    save(args.out, result)
-    return result
+        lines.append(f"| {r['D']} | {lp:.4f} | {fast:.4f} | {'-' if plain is None else f'{plain:.3f}'} | "
+                     f"{'-' if plain is None else f'{plain / fast:.1f}x'} | {fast / lp:.1f}x |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -8,7 +8,7 @@ The peers, each at its strongest: TFP's MAF (`tfb.MaskedAutoregressiveFlow` over
 `tfb.AutoregressiveNetwork`, with `tfb.BatchNormalization` and `tfb.Permute` reversing the
 order between layers), trained by Adam in a GradientTape step under `tf.function`, with
 and without `jit_compile`; and, where the ``bench`` extra is installed, zuko's and nflows'
-MAF under `torch.compile` (`torch_peers.py`). TFP's are tf_keras layers: this benchmark
+MAF under `torch.compile` (`_torch_peers.py`). TFP's are tf_keras layers: this benchmark
 imports tf_keras for that peer only. Its batch norm drifts to NaN at step size 1e-4 on
 N(0, I) within a few hundred steps, so it is rebuilt for every timed repeat. Every ratio
 is against the best peer of its row.
@@ -30,10 +30,12 @@ them alike; the share of matmul is taken against the matmul of those same rounds
 Every timed window also records the host's steal (the share of the CPUs' time the host
 gave to other guests), and the table prints it per row: a ratio read while the host
 stole a quarter of the machine says less than one read at 2%.
-Writes benchmarks/results/speed.json and speed.md.
 
-    python benchmarks/speed.py               # the full run (about 30 minutes on 2 cores)
-    python benchmarks/speed.py --quick       # fewer steps and repeats, a smoke run
+Writes benchmarks/results/speed/<machine kind>.json and .md, or, for one configuration,
+speed_config_a/ or speed_config_b/ (`_common.report`).
+
+    python benchmarks/speed.py                          # the full run (about 30 minutes on 2 cores)
+    python benchmarks/speed.py --quick --configs A      # fewer steps and repeats, config A
 """
 
 from __future__ import annotations
@@ -41,115 +43,40 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import time
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import _torch_peers as torch_peers  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
-import torch_peers  # noqa: E402
-from _common import host_cpu_times, report, run_info, steal_share, whole_executions  # noqa: E402
+from _common import (  # noqa: E402
+    MATMUL_FLOPS,
+    MIN_ROUNDS,
+    STEPS_PER_EXECUTION,
+    batches,
+    header,
+    interleaved,
+    maf_as_paper,
+    matmul_gflops,
+    matmul_run,
+    normal_data,
+    report,
+    run_info,
+    sync,
+    tfp_peer,
+    timed,
+    whole_executions,
+)
 
 import keras_models as km  # noqa: E402
-from keras_models import data, training  # noqa: E402
+from keras_models import data  # noqa: E402
 
 tfd, tfb = tfp.distributions, tfp.bijectors
-HERE = Path(__file__).resolve().parent
 CONFIGS = {
     "A": {"D": 43, "hidden": [512, 512], "samples": 10_000},
     "B": {"D": 784, "hidden": [1024], "samples": 1_000},
 }
-
-
-# ----------------------------------------------------------------------------- timing
-
-def _stats(times, steals):
-    out = {"median_s": float(np.median(times)), "min_s": float(min(times)), "max_s": float(max(times)),
-           "repeats": len(times)}
-    if all(s is not None for s in steals):
-        # The host's steal in each timed window: how much noise these timings took.
-        out["host_steal"] = [round(s, 4) for s in steals]
-    return out
-
-
-def timed(fn, repeats):
-    """Median, min and max seconds of ``fn()`` over ``repeats``."""
-    return interleaved({"fn": fn}, repeats)["fn"]
-
-
-def interleaved(fns, repeats):
-    """``timed`` for several ``fns``, run in turn within each round.
-
-    On a shared machine the speed drifts over minutes; running the contenders
-    one after another in every round puts the same drift into each, so their
-    ratio holds where back-to-back blocks of repeats would not. A value of
-    ``fns`` is a zero-argument function, or a pair ``(setup, fn)``: ``fn(setup())``
-    is timed, ``setup()`` is not. Each contender's stats carry the host's steal
-    over its timed windows (`_common.host_cpu_times`), where the system reports it.
-    """
-    times, steals = {k: [] for k in fns}, {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            setup, fn = fn if isinstance(fn, tuple) else (None, fn)
-            state = setup() if setup else None
-            cpu, start = host_cpu_times(), time.perf_counter()
-            fn(state) if setup else fn()
-            times[k].append(time.perf_counter() - start)
-            steals[k].append(steal_share(cpu, host_cpu_times()))
-    return {k: _stats(times[k], steals[k]) for k in fns}
-
-
-#: Every interleaved comparison runs at least this many rounds: the ratios are the
-#: figures most exposed to a neighbour's load on a shared 2-core machine, and with 3
-#: rounds one window the host stole from moves a median.
-MIN_ROUNDS = 5
-
-
-def _sync(out):
-    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out)
-
-
-# ------------------------------------------------------------------------------- models
-
-#: `compile_as_paper`'s default. Keras 3 runs whole executions of this many steps, so
-#: every timed step count is a multiple of it (`whole_executions`).
-STEPS_PER_EXECUTION = 10
-
-
-def ours(D, hidden, jit_compile=False):
-    model = km.MAF(D, hidden_units=hidden, num_layers=5, seed=0)
-    return training.compile_as_paper(model, "maf5", jit_compile=jit_compile,
-                                     steps_per_execution=STEPS_PER_EXECUTION)
-
-
-def peer(D, hidden, jit_compile=False):
-    import tf_keras
-
-    bijectors = []  # data side first
-    for i in range(5):
-        made = tfb.AutoregressiveNetwork(params=2, hidden_units=hidden, activation="relu", event_shape=[D])
-        bijectors += [tfb.BatchNormalization(), tfb.MaskedAutoregressiveFlow(made)]
-        if i < 4:
-            bijectors.append(tfb.Permute(list(reversed(range(D)))))
-    flow = tfd.TransformedDistribution(tfd.MultivariateNormalDiag(loc=tf.zeros(D)), tfb.Chain(bijectors))
-    flow.log_prob(tf.zeros([2, D]))  # builds the variables
-    optimizer = tf_keras.optimizers.Adam(1e-4)
-
-    @tf.function(jit_compile=jit_compile)
-    def step(x):
-        with tf.GradientTape() as tape:
-            loss = -tf.reduce_mean(flow.log_prob(x))
-        variables = flow.trainable_variables
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
-        return loss
-
-    return flow, step
-
-
-def _data(D, n, seed=0):
-    return tf.random.stateless_normal([n, D], seed=[seed, 1])
 
 
 # --------------------------------------------------------------------------- measures
@@ -159,15 +86,15 @@ def train_ours(D, hidden, batch, steps, jit):
 
     One model, where the peer is rebuilt each round: ours needs no reset, and every
     model a process builds and traces stays in memory (TFP's bijector cache and
-    `tf.custom_gradient` keep each traced graph alive), which at 5 rounds ran this
-    2-core, 24 GiB machine out of memory in config B.
+    `tf.custom_gradient` keep each traced graph alive), which at 5 rounds ran a 2-core
+    machine with 24 GiB out of memory in config B.
     """
     # The pipeline users train on: shuffled batches gathered from an in-memory array.
-    ds = data.array_dataset(_data(D, batch * steps).numpy(), batch_size=batch, shuffle=True, seed=0).repeat()
+    ds = data.array_dataset(normal_data(D, batch * steps).numpy(), batch_size=batch, shuffle=True, seed=0).repeat()
 
     @functools.cache
     def setup():
-        model = ours(D, hidden, jit)
+        model = maf_as_paper(D, hidden, jit)
         # shuffle=False: the pipeline shuffles (Keras would only warn that it ignores the flag).
         model.fit(ds, steps_per_epoch=STEPS_PER_EXECUTION, epochs=1, verbose=0, shuffle=False)  # trace / compile
         return model
@@ -184,17 +111,17 @@ def train_ours(D, hidden, batch, steps, jit):
 
 def train_peer(D, hidden, batch, steps, jit_compile=False):
     """``(setup, run)``: a fresh flow (its batch norm drifts to NaN), then ``steps`` steps."""
-    x = _data(D, batch)
+    x = normal_data(D, batch)
 
     def setup():
-        _, step = peer(D, hidden, jit_compile)
-        _sync(step(x))
+        _, step = tfp_peer(D, hidden, jit_compile)
+        sync(step(x))
         return step
 
     def run(step):
         for _ in range(steps):
             loss = step(x)
-        _sync(loss)
+        sync(loss)
 
     return setup, run
 
@@ -205,7 +132,7 @@ PEERS = ("tfp", "tfp_jit", *torch_peers.NAMES)
 
 def train_rates(D, hidden, batch, steps, repeats):
     """Examples/s of ours (jit_compile on, the default, and off) and of each peer, interleaved."""
-    x = _data(D, batch).numpy()
+    x = normal_data(D, batch).numpy()
     out = interleaved({"ours": train_ours(D, hidden, batch, steps, jit=True),
                        "ours_no_jit": train_ours(D, hidden, batch, steps, jit=False),
                        "tfp": train_peer(D, hidden, batch, steps),
@@ -217,9 +144,9 @@ def train_rates(D, hidden, batch, steps, repeats):
 
 def log_prob_fns(D, hidden):
     """The model, the peer's flow, and the log_prob functions timed against each other."""
-    model = ours(D, hidden)
-    model.set_batch_norm_statistics(_data(D, 1000).numpy())
-    flow, _ = peer(D, hidden)
+    model = maf_as_paper(D, hidden)
+    model.set_batch_norm_statistics(normal_data(D, 1000).numpy())
+    flow, _ = tfp_peer(D, hidden)
     fns = {
         # `model.log_prob` as users call it, and the same under XLA (as
         # `evaluate` runs it after `compile_as_paper`, whose jit_compile is True).
@@ -237,50 +164,21 @@ def log_prob_fns(D, hidden):
     return model, flow, fns
 
 
-def _batches(fn, points, batch):
-    """A zero-argument run of ``fn`` over ``points`` in batches (traced on the first)."""
-    chunks = [points[i : i + batch] for i in range(0, points.shape[0], batch)]
-    _sync(fn(chunks[0]))
-
-    def run():
-        for c in chunks:
-            out = fn(c)
-        _sync(out)
-
-    return run
-
-
 def log_prob_time(fns, points, repeats, D, hidden, batch=10_000):
     """Interleaved timings of each ``fns[k]`` and of the torch peers over ``points``, plus the
     matmul rate per round."""
-    runs = {k: _batches(fn, points, batch) for k, fn in fns.items()}
+    runs = {k: batches(fn, points, batch) for k, fn in fns.items()}
     runs.update({name: torch_peers.log_prob_run(name, D, hidden, points.numpy(), batch)
                  for name in torch_peers.available()})
-    runs["matmul"] = _matmul_run()
+    runs["matmul"] = matmul_run()
     out = interleaved(runs, repeats)
     out["matmul"]["gflops"] = MATMUL_FLOPS / out["matmul"]["median_s"] / 1e9
     return out
 
 
 def sample_time(sample_fn, n, repeats):
-    _sync(sample_fn(n))
-    return timed(lambda: _sync(sample_fn(n)), repeats)
-
-
-MATMUL_SIZE = 2048
-MATMUL_FLOPS = 2 * MATMUL_SIZE**3
-
-
-def _matmul_run():
-    a = _data(MATMUL_SIZE, MATMUL_SIZE)
-    fn = tf.function(lambda a: tf.matmul(a, a))
-    _sync(fn(a))
-    return lambda: _sync(fn(a))
-
-
-def matmul_gflops(repeats):
-    t = timed(_matmul_run(), max(repeats, MIN_ROUNDS))
-    return MATMUL_FLOPS / t["median_s"] / 1e9
+    sync(sample_fn(n))
+    return timed(lambda: sync(sample_fn(n)), repeats)
 
 
 def made_flops_per_example(D, hidden, layers=5):
@@ -320,7 +218,7 @@ def run_config(name, cfg, args):
             f"{k} {v['examples_per_s']:.0f}/s" for k, v in out[f"train_b{batch}"].items()), flush=True)
 
     model, flow, lp = log_prob_fns(D, hidden)
-    points = _data(D, args.logprob_points if name == "A" else args.logprob_points // 10, seed=3)
+    points = normal_data(D, args.logprob_points if name == "A" else args.logprob_points // 10, seed=3)
     out["log_prob_points"] = int(points.shape[0])
     timings = log_prob_time(lp, points, max(args.repeats, MIN_ROUNDS), D, hidden)
     out["log_prob_matmul"] = timings.pop("matmul")
@@ -335,10 +233,10 @@ def run_config(name, cfg, args):
     # Our sampling and our log_prob on as many points, interleaved: their ratio
     # is a target, and back to back a neighbour's load can fall on one of them only.
     sample_ours = tf.function(lambda n: model.sample(n, seed=1))
-    sample_run = lambda: _sync(sample_ours(n_samples))  # noqa: E731
+    sample_run = lambda: sync(sample_ours(n_samples))  # noqa: E731
     sample_run()  # trace and compile
     pair = interleaved({"sample": sample_run,
-                        "log_prob": _batches(lp["ours"], _data(D, n_samples, seed=4), n_samples)},
+                        "log_prob": batches(lp["ours"], normal_data(D, n_samples, seed=4), n_samples)},
                        max(args.repeats, MIN_ROUNDS))
     out["log_prob_on_sample_size"] = {"ours": pair["log_prob"]}
     sample_peer = tf.function(lambda n: flow.sample(n, seed=1))
@@ -399,8 +297,9 @@ def _cells(row, key, fmt, names):
 
 def markdown(result):
     peers = " | ".join(("TFP", "TFP, XLA", *(f"{p}, compiled" for p in torch_peers.NAMES)))
-    lines = [f"# benchmarks/speed.py ({result['machine']}, TF {result['tensorflow']})", "",
-             f"Command: `{result['command']}`. Float32 matmul throughput: {result['matmul_gflops']:.1f} GFLOP/s.", "",
+    configs = " and ".join(r["config"] for r in result["configs"])
+    lines = [header(result, f"Training, `log_prob` and sampling against TFP, zuko and nflows, config {configs} "
+                    "(`benchmarks/speed.py`)"),
              f"| config | measure | tfp-maf | tfp-maf, jit flipped | {peers} | tfp-maf / best peer | host steal |",
              "|---|---|---|---|" + "---|" * len(PEERS) + "---|---|"]
     for r in result["configs"]:
@@ -455,7 +354,7 @@ def main(argv=None):
     parser.add_argument("--logprob-points", type=int, default=100_000)
     parser.add_argument("--configs", default="AB")
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=str(HERE / "results" / "speed.json"))
+    parser.add_argument("--out", default=None, help="the .json to write (default: see above)")
     args = parser.parse_args(argv)
     if args.quick:
         # Still 10,000 examples per timed `fit` call, as an epoch of config A has 30,000:
@@ -470,7 +369,7 @@ def main(argv=None):
     if load is not None and load > 0.5:
         print(f"warning: load average {load:.1f} at the start: ratios against the torch peers need a quiet "
               "machine", flush=True)
-    matmul = matmul_gflops(args.repeats)
+    matmul = matmul_gflops(max(args.repeats, MIN_ROUNDS))
     print(f"float32 matmul: {matmul:.1f} GFLOP/s", flush=True)
     configs = []
     for name in args.configs:
@@ -478,10 +377,11 @@ def main(argv=None):
         r["ratios"] = ratios(r)
         configs.append(r)
     result = {
-        **run_info("speed.py", argv), "load_average_at_start": load, "matmul_gflops": matmul, "configs": configs,
+        **run_info(__file__, argv, matmul), "load_average_at_start": load, "configs": configs,
         "sampling_vs_d": sampling_vs_d([1024], 1000, args.repeats, 1),
     }
-    return report(args.out, result, markdown)
+    measure = "speed" if sorted(args.configs) == sorted(CONFIGS) else f"speed_config_{args.configs.lower()}"
+    return report(measure, result, markdown, args.out)
 
 
 if __name__ == "__main__":

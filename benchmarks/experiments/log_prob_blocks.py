@@ -2,7 +2,7 @@
 TFP with XLA by 1.5x at batch 10,000?
 
 Both run `log_prob` at about the matmul rate counted as dense, so 1.5x needs the masks'
-zeros skipped. Two measures, interleaved round by round (`speed.interleaved`):
+zeros skipped. Two measures, interleaved round by round (`_common.interleaved`):
 
   - the model's `log_prob` in a `tf.function` (as users call it) with the MADEs' kernels
     dense and in 2, 4 and 8 degree blocks, against TFP's MAF with XLA;
@@ -18,23 +18,36 @@ zeros skipped. Two measures, interleaved round by round (`speed.interleaved`):
 A third table gives the matmul rate of one block against its width at batch 10,000: the
 ceiling of any layout that splits a 512-unit layer into blocks.
 
-    python benchmarks/log_prob_blocks.py
-    python benchmarks/log_prob_blocks.py --rounds 2 --points 20000   # a smoke run
+    python benchmarks/experiments/log_prob_blocks.py
+    python benchmarks/experiments/log_prob_blocks.py --rounds 2 --points 20000   # a smoke run
 
-Writes benchmarks/results/log_prob_blocks.json and .md.
+Writes benchmarks/results/log_prob_blocks/<machine kind>.json and .md (`_common.report`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for _common
 
 import numpy as np  # noqa: E402
-import speed  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _common import RESULTS, report, run_info  # noqa: E402
+from _common import (  # noqa: E402
+    MATMUL_FLOPS,
+    MIN_ROUNDS,
+    batches,
+    header,
+    interleaved,
+    matmul_run,
+    normal_data,
+    report,
+    run_info,
+    tfp_peer,
+)
 
 import keras_models as km  # noqa: E402
 from keras_models import training  # noqa: E402
@@ -51,9 +64,9 @@ def model_fns() -> dict:
     fns = {}
     for g in (1, *BLOCKS):
         model = training.compile_as_paper(km.MAF(D, hidden_units=HIDDEN, num_layers=5, seed=0, kernel_blocks=g))
-        model.set_batch_norm_statistics(speed._data(D, 1000).numpy())
+        model.set_batch_norm_statistics(normal_data(D, 1000).numpy())
         fns["dense" if g == 1 else f"{g} blocks"] = tf.function(lambda x, m=model: m.log_prob(x))
-    flow, _ = speed.peer(D, HIDDEN)
+    flow, _ = tfp_peer(D, HIDDEN)
     fns["TFP with XLA"] = tf.function(flow.log_prob, jit_compile=True)
     return fns
 
@@ -126,9 +139,9 @@ def block_rate_fns() -> dict:
 
 
 def markdown(result) -> str:
-    lines = ["## Config A's `log_prob` against the kernels' storage (`benchmarks/log_prob_blocks.py`)", "",
-             f"Command: `{result['command']}` ({result['machine']}); batches of {BATCH:,}, medians of "
-             f"{result['rounds']} interleaved rounds; matmul {result['matmul_gflops']:.0f} GFLOP/s.", ""]
+    lines = [header(result, "Config A's `log_prob` against the kernels' storage "
+                    "(`benchmarks/experiments/log_prob_blocks.py`)"),
+             f"Batches of {BATCH:,}, medians of {result['rounds']} interleaved rounds.", ""]
     for title, key, unit in (("MAF (5) `log_prob`", "log_prob", "points/s"),
                              ("one MADE's three matmuls", "chain", "ms a batch")):
         ref = result[key]["dense"]["median_s"]
@@ -146,26 +159,23 @@ def markdown(result) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=speed.MIN_ROUNDS)
+    parser.add_argument("--rounds", type=int, default=MIN_ROUNDS)
     parser.add_argument("--points", type=int, default=100_000)
-    parser.add_argument("--out", default=str(RESULTS / "log_prob_blocks.json"))
+    parser.add_argument("--out", default=None, help="the .json to write (default: see above)")
     args = parser.parse_args(argv)
-    points = speed._data(D, args.points, seed=3)
-    runs = {k: speed._batches(fn, points, BATCH) for k, fn in model_fns().items()}
-    runs["matmul"] = speed._matmul_run()
-    log_prob = speed.interleaved(runs, args.rounds)
+    points = normal_data(D, args.points, seed=3)
+    runs = {k: batches(fn, points, BATCH) for k, fn in model_fns().items()}
+    runs["matmul"] = matmul_run()
+    log_prob = interleaved(runs, args.rounds)
     matmul = log_prob.pop("matmul")
     x = points[:BATCH]
-    chain = speed.interleaved({k: speed._batches(fn, x, BATCH) for k, fn in chain_fns().items()}, args.rounds)
-    widths = {str(w): speed._batches(fn, speed._data(w, BLOCK_POINTS), BATCH) for w, fn in block_rate_fns().items()}
-    block_rate = speed.interleaved(widths, args.rounds)
-    result = {**run_info("log_prob_blocks.py", argv), "rounds": args.rounds, "points": args.points,
-              "matmul_gflops": speed.MATMUL_FLOPS / matmul["median_s"] / 1e9, "log_prob": log_prob, "chain": chain,
-              "block_rate": block_rate}
-    return report(args.out, result, markdown)
+    chain = interleaved({k: batches(fn, x, BATCH) for k, fn in chain_fns().items()}, args.rounds)
+    widths = {str(w): batches(fn, normal_data(w, BLOCK_POINTS), BATCH) for w, fn in block_rate_fns().items()}
+    block_rate = interleaved(widths, args.rounds)
+    result = {**run_info(__file__, argv, MATMUL_FLOPS / matmul["median_s"] / 1e9), "rounds": args.rounds,
+              "points": args.points, "log_prob": log_prob, "chain": chain, "block_rate": block_rate}
+    return report("log_prob_blocks", result, markdown, args.out)
 
 
 if __name__ == "__main__":
-    import sys
-
     main(sys.argv[1:])

@@ -13,10 +13,12 @@ interleaved round by round; figures are medians of the rounds, in examples per s
 the slices alone. It is the process's setting, fixed before TensorFlow's first op, so it
 is given here and never by the library.
 
-    python benchmarks/batch_slices.py
-    python benchmarks/batch_slices.py --jit off --intra-op-threads 1 --out benchmarks/results/batch_slices_intra1.json
+    python benchmarks/experiments/batch_slices.py
+    python benchmarks/experiments/batch_slices.py --jit off --intra-op-threads 1
 
-Writes benchmarks/results/batch_slices.json and .md (or ``--out``).
+Writes benchmarks/results/batch_slices/<machine kind>.json and .md (`_common.report`),
+the folder's name extended by the options that differ from the defaults: the second
+command above writes to batch_slices_no_xla_one_thread/.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for _common
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _common import RESULTS, report, run_info, whole_executions  # noqa: E402
+from _common import header, report, run_info, whole_executions  # noqa: E402
 
 #: (name, D, hidden units, batch, steps a timed `fit` call): about a second of training each.
 CASES = (("A", 43, [512, 512], 100, 1000), ("A", 43, [512, 512], 1000, 100), ("mnist", 784, [1024], 100, 200))
@@ -80,9 +84,9 @@ def case_rates(D, hidden, batch, steps, parts, rounds, jit) -> dict:
 
 def markdown(result) -> str:
     lines = [
-        "## MAF (5) training with the MADEs run on batch slices (`benchmarks/batch_slices.py`)",
-        "",
-        f"Command: `{result['command']}` ({result['machine']}); `fit` after `compile_as_paper`, "
+        header(result, "MAF (5) training with the MADEs run on batch slices "
+               "(`benchmarks/experiments/batch_slices.py`)"),
+        "`fit` after `compile_as_paper`, "
         f"XLA {result['jit']}, intra-op threads {result['intra_op_threads'] or 'default'}, "
         f"medians of {result['rounds']} interleaved rounds.",
         "",
@@ -103,7 +107,7 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--jit", choices=["on", "off"], default="on")
     parser.add_argument("--intra-op-threads", type=int, default=0, help="0: TensorFlow's default")
-    parser.add_argument("--out", default=str(RESULTS / "batch_slices.json"))
+    parser.add_argument("--out", default=None, help="the .json to write (default: see above)")
     args = parser.parse_args(argv)
     if args.intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
@@ -113,9 +117,12 @@ def main(argv=None):
         cases.append({"name": name, "D": D, "hidden": hidden, "batch": batch, "rates": rates})
         print(f"{name} b{batch}: " + ", ".join(f"{p} slices {r['examples_per_s']:,.0f}/s" for p, r in rates.items()),
               flush=True)
-    result = {**run_info("batch_slices.py", argv), "rounds": args.rounds, "jit": args.jit,
+    result = {**run_info(__file__, argv), "rounds": args.rounds, "jit": args.jit,
               "intra_op_threads": args.intra_op_threads, "cases": cases}
-    return report(args.out, result, markdown)
+    measure = "batch_slices" + ("_no_xla" if args.jit == "off" else "")
+    if args.intra_op_threads:
+        measure += "_one_thread" if args.intra_op_threads == 1 else f"_{args.intra_op_threads}_threads"
+    return report(measure, result, markdown, args.out)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ each layer, as ours and TFP's; zuko's MAF has none (it offers none). Training is
 the paper's step size 1e-4 on the loss ``-mean(log_prob(x))``, with the loss and its
 gradient compiled by `torch.compile` and PyTorch's fused Adam. Sampling is each library's own, under `no_grad`.
 
-Installed by the ``bench`` extra (``pip install -e '.[bench]'``; on these machines install
-``torch==2.13.0`` first, a CPU wheel). `available()` lists the peers that import.
+Installed by the ``bench`` extra (``pip install -e '.[bench]'``; on a machine without a GPU,
+install a CPU build of torch first). `available()` lists the peers that import.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def build(name: str, D: int, hidden) -> tuple:
 
 
 def train(name: str, D: int, hidden, x: np.ndarray, steps: int):
-    """``(setup, run)`` for `speed.interleaved`: one compiled flow for every round (built and
+    """``(setup, run)`` for `_common.interleaved`: one compiled flow for every round (built and
     compiled in the first ``setup``), then ``steps`` Adam steps on batches of ``x``."""
     import torch
 

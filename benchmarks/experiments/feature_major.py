@@ -5,33 +5,48 @@ activations are held feature-major (``[units, batch]``: a block's inputs are a c
 prefix of the rows, its outputs stack as rows). Does that survive (1) inside MAF (5)'s
 `log_prob`, with the biases, relus, affine maps and batch norms, and (2) in a training step,
 where the backward pass splits and pads the gradients by block? Measured on config A
-(D 43, MAF (5) of 2 x 512), interleaved round by round (`speed.interleaved`):
+(D 43, MAF (5) of 2 x 512), interleaved round by round (`_common.interleaved`):
 
   - `log_prob` at batches of 1,000, 2,500 and 10,000: the model as shipped; the same model
     with each MADE's network run feature-major in 8 blocks (a subclass of `MADENetwork`
     below: the input and output transposed once per MADE), the bias either folded into the
-    matmul as a row of ones (session 22) or added after the blocks' outputs are stacked (one
+    matmul as a row of ones or added after the blocks' outputs are stacked (one
     broadcast add, which the relu follows); TFP's MAF under XLA.
   - a bare training step (five MADE matmul chains, relus, a squared loss, an SGD update) at
     batch 100 and 1,000, dense against feature-major in 4 and 8 blocks, with and without XLA.
 
-    python benchmarks/feature_major.py
-    python benchmarks/feature_major.py --rounds 2   # a smoke run
+    python benchmarks/experiments/feature_major.py
+    python benchmarks/experiments/feature_major.py --rounds 2   # a smoke run
 
-Writes benchmarks/results/feature_major.json and .md.
+Writes benchmarks/results/feature_major/<machine kind>.json and .md (`_common.report`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for _common
 
 import numpy as np  # noqa: E402
-import speed  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _common import RESULTS, report, run_info  # noqa: E402
+from _common import (  # noqa: E402
+    MATMUL_FLOPS,
+    MIN_ROUNDS,
+    batches,
+    header,
+    interleaved,
+    maf_as_paper,
+    matmul_run,
+    normal_data,
+    report,
+    run_info,
+    sync,
+    tfp_peer,
+)
 
 from tfp_maf.layers import MADENetwork  # noqa: E402
 from tfp_maf.layers.block_layout import BlockLayout  # noqa: E402
@@ -91,21 +106,22 @@ class BiasAfterStackMADE(FeatureMajorMADE):
 def log_prob_fns() -> dict:
     """`log_prob` of the shipped model, of the same weights run feature-major (the bias
     folded in, and added after the stack), and TFP's."""
-    model, flow, fns = speed.log_prob_fns(D, HIDDEN)
+    model = maf_as_paper(D, HIDDEN)
+    flow, _ = tfp_peer(D, HIDDEN)
     rng = np.random.default_rng(0)
     for made in _mades(model):
         # Random weights (the output kernels start at zero), projected onto the masks.
         made.set_weights([rng.normal(0, 0.05, w.shape).astype(np.float32) for w in made.get_weights()])
-    model.set_batch_norm_statistics(speed._data(D, 1000).numpy())
-    out = {"as shipped": fns["ours"]}
+    model.set_batch_norm_statistics(normal_data(D, 1000).numpy())
+    out = {"as shipped": tf.function(lambda x: model.log_prob(x))}
     for cls, name in ((FeatureMajorMADE, "bias folded in"), (BiasAfterStackMADE, "bias added after the stack")):
-        twin = speed.ours(D, HIDDEN)
+        twin = maf_as_paper(D, HIDDEN)
         for mine, theirs in zip(_mades(twin), _mades(model), strict=True):
             mine.__class__ = cls  # the same layer, its forward pass swapped
             mine.set_weights(theirs.get_weights())
-        twin.set_batch_norm_statistics(speed._data(D, 1000).numpy())
+        twin.set_batch_norm_statistics(normal_data(D, 1000).numpy())
         out[f"feature-major, {BLOCKS} blocks, {name}"] = tf.function(lambda x, twin=twin: twin.log_prob(x))
-    return {**out, "TFP with XLA": fns["tfp_jit"]}
+    return {**out, "TFP with XLA": tf.function(flow.log_prob, jit_compile=True)}
 
 
 def _mades(model):
@@ -150,9 +166,9 @@ def train_fns(batch: int) -> dict:
 
 
 def markdown(result) -> str:
-    lines = ["## Degree blocks with the activations feature-major (`benchmarks/feature_major.py`)", "",
-             f"Command: `{result['command']}` ({result['machine']}); config A, medians of "
-             f"{result['rounds']} interleaved rounds; matmul {result['matmul_gflops']:.0f} GFLOP/s.", "",
+    lines = [header(result, "Degree blocks with the activations feature-major "
+                    "(`benchmarks/experiments/feature_major.py`)"),
+             f"Config A, medians of {result['rounds']} interleaved rounds.", "",
              f"| MAF (5) `log_prob`, {BATCH:,} points | points/s | against as shipped |", "|---|---|---|"]
     for batch, timings in result["log_prob"].items():
         ref = timings["as shipped"]["median_s"]
@@ -170,39 +186,36 @@ def markdown(result) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=speed.MIN_ROUNDS)
-    parser.add_argument("--out", default=str(RESULTS / "feature_major.json"))
+    parser.add_argument("--rounds", type=int, default=MIN_ROUNDS)
+    parser.add_argument("--out", default=None, help="the .json to write (default: see above)")
     args = parser.parse_args(argv)
-    x = speed._data(D, BATCH, seed=3)
+    x = normal_data(D, BATCH, seed=3)
     fns = log_prob_fns()
     ref = fns["as shipped"](x)
     gap = max(float(tf.reduce_max(tf.abs(fn(x) - ref))) for name, fn in fns.items() if name.startswith("feature"))
     log_prob = {}
     for batch in LOG_PROB_BATCHES:
-        runs = {k: speed._batches(fn, x, batch) for k, fn in fns.items()}
-        runs["matmul"] = speed._matmul_run()
-        log_prob[str(batch)] = speed.interleaved(runs, args.rounds)
+        runs = {k: batches(fn, x, batch) for k, fn in fns.items()}
+        runs["matmul"] = matmul_run()
+        log_prob[str(batch)] = interleaved(runs, args.rounds)
         matmul = log_prob[str(batch)].pop("matmul")
     train = {}
     for batch in (100, 1000):
         steps = {k: (lambda fn=fn: [fn() for _ in range(10)][-1]) for k, fn in train_fns(batch).items()}
-        timings = speed.interleaved({k: _synced(f) for k, f in steps.items()}, args.rounds)
+        timings = interleaved({k: _synced(f) for k, f in steps.items()}, args.rounds)
         train[str(batch)] = {k: {**t, "median_s": t["median_s"] / 10} for k, t in timings.items()}
-    result = {**run_info("feature_major.py", argv), "rounds": args.rounds,
-              "matmul_gflops": speed.MATMUL_FLOPS / matmul["median_s"] / 1e9,
+    result = {**run_info(__file__, argv, MATMUL_FLOPS / matmul["median_s"] / 1e9), "rounds": args.rounds,
               "log_prob_max_abs_difference": gap, "log_prob": log_prob, "train": train}
-    return report(args.out, result, markdown)
+    return report("feature_major", result, markdown, args.out)
 
 
 def _synced(run):
     def timed():
-        speed._sync(run())
+        sync(run())
 
     timed()  # traces
     return timed
 
 
 if __name__ == "__main__":
-    import sys
-
     main(sys.argv[1:])

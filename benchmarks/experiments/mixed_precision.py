@@ -10,8 +10,9 @@ trained the same way three times from the same start, and evaluated in float32:
   in float32: the split a mixed policy would need;
 * ``mixed_float16``: the same with float16.
 
-Run:  python benchmarks/mixed_precision.py [--steps 3000]
-Writes benchmarks/results/mixed_precision.json.
+    python benchmarks/experiments/mixed_precision.py [--steps 3000]
+
+Writes benchmarks/results/mixed_precision/<machine kind>.json and .md (`_common.report`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -29,8 +31,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import RESULTS, run_info  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for _common
+from _common import header, report, run_info  # noqa: E402
 
 import tfp_maf  # noqa: E402
 from keras_models.data import Figure1Density  # noqa: E402
@@ -87,12 +89,22 @@ def main(argv=None) -> dict:
     for policy in POLICIES:
         rows.append(train(policy, x_train, x_test, args.steps))
         print(json.dumps(rows[-1]), flush=True)
-    result = {**run_info("mixed_precision.py", argv or sys.argv[1:]), "steps": args.steps, "batch": 100,
+    result = {**run_info(__file__, argv), "steps": args.steps, "batch": 100,
               "exact_expected_log_likelihood": -3.531, "rows": rows}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "mixed_precision.json").write_text(json.dumps(result, indent=2) + "\n")
-    return result
+    return report("mixed_precision", result, markdown)
+
+
+def markdown(result) -> str:
+    lines = [header(result, "MAF (5) on the Figure 1 density in mixed precision, split by hand "
+                    "(`benchmarks/experiments/mixed_precision.py`)"),
+             f"MAF (5) of 2 x 100, {result['steps']:,} steps of Adam at batch {result['batch']}, the same start; "
+             f"the exact expected log-likelihood is {result['exact_expected_log_likelihood']}.", "",
+             "| policy | test log-likelihood | non-finite test points | training time (s) |", "|---|---|---|---|"]
+    for r in result["rows"]:
+        ll = "-" if r["test_log_likelihood"] is None else f"{r['test_log_likelihood']:.3f} +- {r['two_se']:.3f}"
+        lines.append(f"| {r['policy']} | {ll} | {r['non_finite_test_points']} | {r['train_seconds']} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -9,9 +9,11 @@ short of the paper. This script counts the dead units after 20, 100 and 500 step
 either initialisation and, with ``--epochs``, trains MADE with the published one by the
 paper's protocol (early stopping, capped at ``--epochs``) and evaluates it on the test set.
 
-    python benchmarks/mnist_made_init.py [--data-dir ../shared/data] [--epochs 50]
+    python benchmarks/experiments/mnist_made_init.py [--data-dir DIR] [--epochs 50]
 
-Writes benchmarks/results/mnist_made_init.json and .md.
+MNIST is read from ``--data-dir``, else ``$TFP_MAF_DATA``, else ``~/.tfp_maf/data``
+(`keras_models.data`). Writes benchmarks/results/mnist_made_init/<machine kind>.json and
+.md (`_common.report`).
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for _common
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import RESULTS, run_info, save  # noqa: E402
-from mnist_dead_units import STEPS, run  # noqa: E402
+from _common import DEAD_UNIT_STEPS, dead_unit_run, header, report, run_info  # noqa: E402
 
 from keras_models import experiment, presets, training, zoo  # noqa: E402
 
@@ -54,8 +57,8 @@ def made(splits, init: str):
 
 
 def dead_rows(splits) -> list:
-    """`mnist_dead_units.run` at the paper's step size, under each initialisation."""
-    return [{"init": init, **run(splits, "made", 1e-3, published_init if init == "published" else None)}
+    """`_common.dead_unit_run` at the paper's step size, under each initialisation."""
+    return [{"init": init, **dead_unit_run(splits, "made", 1e-3, published_init if init == "published" else None)}
             for init in INITS]
 
 
@@ -69,12 +72,14 @@ def trained_row(splits, epochs: int) -> dict:
     return row
 
 
-def markdown(rows, trained, epochs) -> str:
-    lines = ["# benchmarks/mnist_made_init.py", "",
+def markdown(result) -> str:
+    rows, trained, epochs = result["rows"], result["trained"], result["epochs"]
+    lines = [header(result, "MADE on MNIST under our initialisation and the published code's "
+                    "(`benchmarks/experiments/mnist_made_init.py`)"),
              "MADE (1 x 1024 relu) on MNIST, Adam at the paper's step size 1e-3.", "",
-             "| initialisation | dead of 1,024 units after " + ", ".join(map(str, STEPS)) + " steps | "
+             "| initialisation | dead of 1,024 units after " + ", ".join(map(str, DEAD_UNIT_STEPS)) + " steps | "
              "validation log-likelihood after 500 steps |", "|---|---|---|"]
-    lines += [f"| {r['init']} | {', '.join(str(r['dead'][s]) for s in STEPS)} | "
+    lines += [f"| {r['init']} | {', '.join(str(r['dead'][str(s)]) for s in DEAD_UNIT_STEPS)} | "
               f"{r['val_log_likelihood_after_500_steps']:.1f} |" for r in rows]
     if trained:
         paper = experiment.paper_value("mnist", "made")
@@ -82,22 +87,20 @@ def markdown(rows, trained, epochs) -> str:
                   f"test log-likelihood {trained['test_log_likelihood']:.1f} +- "
                   f"{trained['test_log_likelihood_2se']:.1f} after {trained['epochs']} epochs "
                   f"(early stopping {'reached' if trained['early_stopped'] else 'not reached'}); "
-                  f"the paper: {paper[0]} +- {paper[1]}; ours with our initialisation: `results/mnist.md`."]
+                  f"the paper: {paper[0]} +- {paper[1]}."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--data-dir", default=None, help="default: $TFP_MAF_DATA, else ~/.tfp_maf/data")
     parser.add_argument("--epochs", type=int, default=0, help="also train to this cap (the table's: 50)")
     args = parser.parse_args(argv)
     splits = experiment.load_splits("mnist", args.data_dir)
     rows = dead_rows(splits)
     trained = trained_row(splits, args.epochs) if args.epochs else None
-    text = markdown(rows, trained, args.epochs)
-    print(text)
-    save(RESULTS / "mnist_made_init.json",
-         {**run_info("mnist_made_init.py", argv), "rows": rows, "trained": trained}, text)
+    result = {**run_info(__file__, argv), "epochs": args.epochs, "rows": rows, "trained": trained}
+    return report("mnist_made_init", result, markdown)
 
 
 if __name__ == "__main__":
