@@ -35,7 +35,19 @@ _RANDOM_DEGREES = {"cifar10"}
 
 def model_kwargs(dataset: str, option: int = 0) -> dict:
     """Constructor keywords of the zoo models for ``dataset``, with the ``option``-th
-    hidden-size option of the paper (0: the first, smallest)."""
+    hidden-size option of the paper (0: the first, smallest).
+
+    Args:
+      dataset: a name of `keras_models.data.load`.
+      option: the index into ``HIDDEN_UNIT_OPTIONS[dataset]``.
+
+    Returns:
+      ``{"hidden_units": [...], "activation": ..., "hidden_degrees": ...}``, to
+      pass to a zoo model or `keras_models.build`.
+
+    Raises:
+      ValueError: for an unknown dataset or an option out of range.
+    """
     if dataset not in HIDDEN_UNIT_OPTIONS:
         raise ValueError(f"no preset for dataset {dataset!r}; expected one of {sorted(HIDDEN_UNIT_OPTIONS)}.")
     options = HIDDEN_UNIT_OPTIONS[dataset]
