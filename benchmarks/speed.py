@@ -358,12 +358,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.quick:
         # Still 10,000 examples per timed `fit` call, as an epoch of config A has 30,000:
-        # Keras sets up each `fit` call (about 28 ms here: the iterator, the callbacks),
+        # Keras sets up each `fit` call (about 28 ms on 2 cores: the iterator, the callbacks),
         # which users pay once an epoch, not once every 10 steps (10 steps read config A's
         # batch 100 at 7,300 examples/s where 200 a call read 9,200, measured).
         args.repeats, args.peer_sample_repeats, args.steps_100, args.steps_1000 = 1, 1, 100, 10
         args.logprob_points = 20_000
-    # Another process on these 2 cores slows the torch peers' OpenMP threads far more
+    # Another process on the same cores slows the torch peers' OpenMP threads far more
     # than ours (37x against 1.6x, measured): the ratios would flatter us.
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if load is not None and load > 0.5:
