@@ -327,8 +327,34 @@ def _import_tensorflow_quietly() -> None:
         os.close(devnull)
 
 
+def _check_directories(args) -> None:
+    """Refuses a file where an option names a directory, saying what to pass instead.
+
+    Else ``train`` fails on ``mkdir`` with pathlib's ``FileExistsError`` after loading
+    its data, and ``evaluate``, ``sample`` and ``export`` ask to train into that path
+    first. Checked before TensorFlow is imported, so the answer is immediate."""
+    run_dir = f"the run directory that `tfp-maf train --out DIR` wrote, which holds {MODEL_FILE}"
+    wanted = {
+        "train": {"out": "a directory to create, or an existing run directory to train again or resume"},
+        "reproduce": {"results": "a directory to create, or an existing results directory",
+                      "runs": "a directory to create, or an existing runs directory to resume"},
+        "evaluate": {"out": run_dir},
+        "sample": {"out": run_dir},
+        "export": {"out": run_dir, "saved_model": "a directory to create for the SavedModel"},
+    }
+    for dest, instead in wanted.get(args.command, {}).items():
+        path = getattr(args, dest)
+        if path is None or not Path(path).is_file():
+            continue
+        option = "--" + dest.replace("_", "-")
+        parent = Path(path).parent
+        hint = f": here, {option} {parent}" if Path(path).name == MODEL_FILE and dest == "out" else ""
+        raise SystemExit(f"tfp-maf: {option} {path} is a file, not a directory; pass {instead}{hint}.")
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    _check_directories(args)
     _import_tensorflow_quietly()
     from keras_models._optional import MissingOptionalDependency
     from keras_models.data import DatasetFileNotFoundError

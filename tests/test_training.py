@@ -7,6 +7,7 @@ import gzip
 import json
 import math
 import pickle
+import re
 
 import keras
 import numpy as np
@@ -207,3 +208,24 @@ def test_cli_bad_input_gets_a_message_not_a_traceback(tmp_path):
     for command in (["evaluate"], ["sample", "-n", "2"], ["export"]):
         with pytest.raises(SystemExit, match=r"no trained model at .*model.keras; run `tfp-maf train --out"):
             main([*command, "--out", str(tmp_path / "nothing")])
+
+
+def test_cli_a_file_where_a_directory_goes_says_so_and_what_to_pass(tmp_path):
+    """Not pathlib's FileExistsError from ``train``, nor "train first" into a file."""
+    from tfp_maf_cli import main
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("")
+    with pytest.raises(SystemExit, match=r"^tfp-maf: --out .*notes.txt is a file, not a directory; pass a "
+                                         r"directory to create, or an existing run directory"):
+        main(["train", "--out", str(notes)])
+    model_file = tmp_path / "model.keras"  # the model, given for its run directory
+    model_file.write_text("")
+    for command in ("evaluate", "sample", "export"):
+        with pytest.raises(SystemExit, match=r"--out .*model.keras is a file, not a directory; pass the run "
+                                             rf"directory .*, which holds model.keras: here, --out {re.escape(str(tmp_path))}\.$"):
+            main([command, "--out", str(model_file)])
+    with pytest.raises(SystemExit, match="--saved-model .*notes.txt is a file, not a directory; pass a directory"):
+        main(["export", "--out", str(tmp_path), "--saved-model", str(notes)])
+    with pytest.raises(SystemExit, match="--results .*notes.txt is a file, not a directory"):
+        main(["reproduce", "--results", str(notes)])
