@@ -221,9 +221,10 @@ def test_cli_a_file_where_a_directory_goes_says_so_and_what_to_pass(tmp_path):
         main(["train", "--out", str(notes)])
     model_file = tmp_path / "model.keras"  # the model, given for its run directory
     model_file.write_text("")
+    run_dir = re.escape(str(tmp_path))
     for command in ("evaluate", "sample", "export"):
         with pytest.raises(SystemExit, match=r"--out .*model.keras is a file, not a directory; pass the run "
-                                             rf"directory .*, which holds model.keras: here, --out {re.escape(str(tmp_path))}\.$"):
+                                             rf"directory .*, which holds model.keras: here, --out {run_dir}\.$"):
             main([command, "--out", str(model_file)])
     with pytest.raises(SystemExit, match="--saved-model .*notes.txt is a file, not a directory; pass a directory"):
         main(["export", "--out", str(tmp_path), "--saved-model", str(notes)])
