@@ -63,7 +63,7 @@ class DensityModel(keras.Model):
     >>> rng = np.random.default_rng(0)
     >>> x = rng.standard_normal((48, 2)).astype(np.float32)
     >>> y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 48)]
-    >>> model = MAF(2, num_layers=2, hidden_units=[8], conditional_dims=3)
+    >>> model = MAF(2, num_layers=1, hidden_units=[8], conditional_dims=3)
     >>> model.compile(optimizer=keras.optimizers.Adam(1e-3))
     >>> _ = model.fit(x, y, batch_size=16, epochs=1, verbose=0)
     >>> model((x[:4], y[:4])).shape  # log p(x | y) per row

@@ -6,20 +6,8 @@ good weights in place.
 
 `compile_as_paper` sets the optimizer, `fit_as_paper` the loop (early stopping on the
 validation loss, the best weights restored, the batch norms' statistics set from the
-training set, `BatchNormStatistics`). The callbacks work in any ``fit``.
-
-Example: the paper's recipe on a small sample of the Figure 1 density:
-
->>> from keras_models import MADE, data, training
->>> splits = data.load("figure1", n_train=64, n_val=32, n_test=32)
->>> pipes = splits.pipelines(batch_size=16, eval_batch_size=32)
->>> model = training.compile_as_paper(MADE(2, hidden_units=[8]), "made",
-...                                   jit_compile=False)  # XLA pays on long runs only
->>> history, info = training.fit_as_paper(model, pipes.train, pipes.validation,
-...                                       splits.x_train, max_epochs=2, verbose=0,
-...                                       shuffle_epoch=pipes.epoch)
->>> info["epochs"], info["early_stopped"], len(history.history["val_loss"])
-(2, False, 2)
+training set, `BatchNormStatistics`). The callbacks work in any ``fit``; see
+`fit_as_paper` for the whole recipe.
 """
 
 from __future__ import annotations
@@ -55,23 +43,24 @@ __all__ = [
 class TimeBudget(keras.callbacks.Callback):
     """Stops training at the end of the epoch during which ``minutes`` ran out.
 
+    `fit_as_paper` adds it when given ``max_minutes``; in a ``fit`` of your own,
+    pass it with the other callbacks: ``model.fit(..., callbacks=[TimeBudget(60)])``.
+
     Args:
       minutes: the training time allowed, counted from the start of ``fit``.
 
     Attributes:
       stopped: whether this callback ended the run.
 
-    Example:
+    Example: what ``fit`` does with it, step by step, with a budget spent at once:
 
-    >>> import keras, numpy as np
     >>> from keras_models import MADE
-    >>> model = MADE(2, hidden_units=[8])
-    >>> model.compile(optimizer=keras.optimizers.Adam(1e-3))
-    >>> budget = TimeBudget(minutes=0)  # spent at once: one epoch runs
-    >>> history = model.fit(np.zeros((32, 2), np.float32), epochs=5, callbacks=[budget],
-    ...                     verbose=0)
-    >>> len(history.history["loss"]), budget.stopped
-    (1, True)
+    >>> budget = TimeBudget(minutes=0)
+    >>> budget.set_model(MADE(2, hidden_units=[8]))
+    >>> budget.on_train_begin()
+    >>> budget.on_epoch_end(0)  # the first epoch ends: the time is up
+    >>> budget.stopped, budget.model.stop_training
+    (True, True)
     """
 
     def __init__(self, minutes: float):
@@ -386,17 +375,19 @@ def fit_as_paper(
       (`StopOnNonFinite`'s message, or None). A closed-form fit gives
       ``{"epochs": 0, "early_stopped": True, "closed_form": True}``.
 
-    Example:
+    Example: the paper's recipe on a small sample of the Figure 1 density:
 
-    >>> import numpy as np
-    >>> from keras_models import MADE
-    >>> from keras_models.data import array_dataset
-    >>> x = np.random.default_rng(0).standard_normal((64, 2)).astype(np.float32)
-    >>> model = compile_as_paper(MADE(2, hidden_units=[8]), "made", jit_compile=False)
-    >>> _, info = fit_as_paper(model, array_dataset(x[:48], batch_size=16, shuffle=True),
-    ...                        array_dataset(x[48:]), x[:48], max_epochs=3, verbose=0)
-    >>> info["epochs"], info["stopped_on_non_finite"]
-    (3, None)
+    >>> from keras_models import MADE, data
+    >>> splits = data.load("figure1", n_train=64, n_val=32, n_test=32)
+    >>> pipes = splits.pipelines(batch_size=16, eval_batch_size=32)
+    >>> model = compile_as_paper(MADE(2, hidden_units=[8]), "made",
+    ...                          jit_compile=False)  # XLA pays on long runs only
+    >>> history, info = fit_as_paper(model, pipes.train, pipes.validation, splits.x_train,
+    ...                              max_epochs=2, verbose=0, shuffle_epoch=pipes.epoch)
+    >>> info["epochs"], info["early_stopped"], len(history.history["val_loss"])
+    (2, False, 2)
+    >>> info["stopped_on_non_finite"], info["resumed_from_epoch"]
+    (None, None)
     """
     if model.fit_in_closed_form(x_train, y_train):
         return None, {"epochs": 0, "early_stopped": True, "closed_form": True}

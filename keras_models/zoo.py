@@ -478,7 +478,7 @@ class MAFMoG(MAF):
     >>> import keras, numpy as np
     >>> from keras_models import MAFMoG
     >>> x = np.random.default_rng(0).standard_normal((32, 2)).astype(np.float32)
-    >>> model = MAFMoG(2, num_layers=1, num_components=2, hidden_units=[8])
+    >>> model = MAFMoG(2, num_layers=2, num_components=2, hidden_units=[8])
     >>> model.compile(optimizer=keras.optimizers.Adam(1e-3))
     >>> history = model.fit(x, batch_size=16, epochs=1, verbose=0)
     >>> bool(np.isfinite(history.history["loss"][0]))

@@ -80,12 +80,13 @@ class MADEMoG(LayerVariables, tfd.Distribution):
     TensorShape([4])
 
     Conditional on ``y`` of width 3: bound at construction, the distribution
-    has the batch shape of ``y`` and ``sample()`` draws one ``x`` per row:
+    has the batch shape of ``y`` (``sample()`` draws one ``x`` per row); given
+    at call time, ``y`` broadcasts against ``x``:
 
     >>> made = MADENetwork(2, hidden_units=[8], num_components=2, conditional_dims=3, seed=0)
     >>> given_y = MADEMoG(made, conditional_input=np.eye(3, dtype=np.float32))
-    >>> given_y.batch_shape, given_y.sample(seed=1).shape
-    (TensorShape([3]), TensorShape([3, 2]))
+    >>> given_y.batch_shape, given_y.log_prob(np.zeros((3, 2), np.float32)).shape
+    (TensorShape([3]), TensorShape([3]))
     >>> MADEMoG(made).log_prob(np.zeros((3, 2), np.float32),
     ...                        conditional_input=np.eye(3, dtype=np.float32)).shape
     TensorShape([3])
