@@ -6,7 +6,7 @@ the global batch is split between the workers, gradients are summed across them,
 the batch norms use the statistics of the global batch. Worker 0 (the *chief*)
 writes the model.
 
-Here both workers run on this machine (two processes on localhost ports), so the
+Here both workers run on one machine (two processes on localhost ports), so the
 tutorial runs anywhere:
 
     python tutorials/05_multi_worker.py            # MAF (5) on the Figure 1 density
