@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 
 import keras_models as km
-from keras_models import _checks
 import tfp_maf
+from keras_models import _checks
 from keras_models.data import Figure1Density
 from keras_models.evaluation import (
     bits_per_pixel,
@@ -220,43 +220,6 @@ def test_cli_trains_evaluates_and_samples(tmp_path, capsys):
     assert np.asarray(json.loads(capsys.readouterr().out)["samples"]).shape == (3, 2)
     assert main(["export", "--out", str(out)]) == 0
     assert (out / "saved_model" / "saved_model.pb").exists()
-
-
-SERVE = """
-import sys, numpy as np, tensorflow as tf
-s = tf.saved_model.load(sys.argv[1])
-x = np.load(sys.argv[2])
-args = [x] if len(sys.argv) == 3 else [x, np.load(sys.argv[3])]
-np.save(sys.argv[2] + ".out.npy", s.log_prob(*args).numpy())
-extra = [] if len(sys.argv) == 3 else [np.load(sys.argv[3])[0]]
-assert s.sample(tf.constant(5), tf.constant([1, 2]), *extra).shape == (5, 2)
-assert "tfp_maf" not in sys.modules and "keras_models" not in sys.modules
-"""
-
-
-@pytest.mark.parametrize("conditional", [False, True])
-def test_saved_model_serves_log_prob_without_tfp_maf(conditional, tmp_path):
-    import subprocess
-    import sys
-
-    from keras_models.export import export_saved_model
-
-    x, y = _data(conditional, n=20)
-    model = _small("maf5", conditional)
-    model.compile(optimizer=keras.optimizers.Adam(1e-2))
-    model.fit(_ds(x, y), epochs=1, verbose=0)
-    export_saved_model(model, str(tmp_path / "sm"))
-    np.save(tmp_path / "x.npy", x)
-    argv = [sys.executable, "-c", SERVE, str(tmp_path / "sm"), str(tmp_path / "x.npy")]
-    if conditional:
-        np.save(tmp_path / "y.npy", y)
-        argv.append(str(tmp_path / "y.npy"))
-    subprocess.run(argv, check=True, cwd=tmp_path, timeout=300)
-    served = np.load(tmp_path / "x.npy.out.npy")
-    # The server runs the traced graph (one fused pass per MADE); eager mode
-    # recomputes, so compare with the model's own traced log_prob, to float32 round-off.
-    traced = tf.function(lambda x, y: model.log_prob(x, y))(x, y) if conditional else tf.function(model.log_prob)(x)
-    np.testing.assert_allclose(served, traced, rtol=1e-6, atol=1e-6)
 
 
 def test_reproduce_writes_results_beside_the_paper_and_figures(tmp_path):
