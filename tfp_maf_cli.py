@@ -105,7 +105,7 @@ def cmd_train(args) -> dict:
         "learning_rate": info["learning_rate"],
         **experiment.evaluate(model, splits, args.conditional),
         **{k: info.get(k) for k in ("epochs", "early_stopped", "resumed_from_epoch",
-                                    "stopped_on_non_finite", "wall_time_s")},
+                                    "stopped_on_non_finite", "non_finite_val_epochs", "wall_time_s")},
     }
     _save_model(model, out)
     (out / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")

@@ -31,6 +31,9 @@ class TrainingProgress(keras.callbacks.Callback):
 
         epoch 12/1000  loss 3.541  val_loss 3.562  best 3.550 (epoch 9)  0:42 elapsed, at most 2:05 left
 
+    A validation loss that is not finite (some validation rows at zero density) is
+    counted on each line from its first occurrence, and the run ends with what to do.
+
     "At most" is when training stops if the validation loss does not improve again:
     early stopping's remaining patience, the epoch cap and the time budget, whichever
     comes first, at the mean epoch time so far.
@@ -66,6 +69,7 @@ class TrainingProgress(keras.callbacks.Callback):
         self.start = time.monotonic()
         self.epochs_run = 0
         self.best, self.best_epoch = math.inf, None
+        self.non_finite_epochs = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
@@ -94,14 +98,30 @@ class TrainingProgress(keras.callbacks.Callback):
         val = logs.get("val_loss")
         if val is not None and float(val) < self.best:
             self.best, self.best_epoch = float(val), epoch
+        if val is not None and not math.isfinite(float(val)):
+            self.non_finite_epochs += 1
         elapsed = time.monotonic() - self.start
         parts = [f"epoch {epoch + 1}/{self.max_epochs}"]
         parts += [f"{k} {float(logs[k]):.4f}" for k in ("loss", "val_loss") if k in logs]
+        if self.non_finite_epochs:
+            plural = "s" if self.non_finite_epochs > 1 else ""
+            parts[-1] += f" (not finite in {self.non_finite_epochs} epoch{plural} so far)"
         if self.best_epoch is not None:
             parts.append(f"best {self.best:.4f} (epoch {self.best_epoch + 1})")
         parts.append(f"{_clock(elapsed)} elapsed, at most {_clock(self._left(epoch, elapsed))} left")
         self.stream.write(("\r\x1b[K" if self.bar else "") + "  ".join(parts) + "\n")
         self.stream.flush()
+
+    def on_train_end(self, logs=None):
+        if self.non_finite_epochs:
+            self.stream.write(
+                f"the validation loss was not finite in {self.non_finite_epochs} of {self.epochs_run} epochs: "
+                "the model put (almost) zero density on some validation rows, as an overfitted flow "
+                "with unbounded scales can. Early stopping compares finite losses only, so the "
+                "weights kept are those of the best finite epoch. If it happens early or often, "
+                "try batch norm, a smaller learning rate, or log_scale_bound=... on the model.\n"
+            )
+            self.stream.flush()
 
     def _left(self, epoch: int, elapsed: float) -> float:
         per_epoch = elapsed / self.epochs_run

@@ -371,8 +371,9 @@ def fit_as_paper(
       dict with ``epochs`` (the last epoch run, counting those of earlier runs
       resumed from), ``early_stopped``, ``best_val_loss``,
       ``resumed_from_epoch`` (None for a fresh run), ``train_seconds`` (with a
-      backup, over every resumption; else None) and ``stopped_on_non_finite``
-      (`StopOnNonFinite`'s message, or None). A closed-form fit gives
+      backup, over every resumption; else None), ``stopped_on_non_finite``
+      (`StopOnNonFinite`'s message, or None) and ``non_finite_val_epochs`` (the
+      epochs of this call whose validation loss was inf or NaN). A closed-form fit gives
       ``{"epochs": 0, "early_stopped": True, "closed_form": True}``.
 
     Example: the paper's recipe on a small sample of the Figure 1 density:
@@ -386,8 +387,8 @@ def fit_as_paper(
     ...                              max_epochs=2, verbose=0, shuffle_epoch=pipes.epoch)
     >>> info["epochs"], info["early_stopped"], len(history.history["val_loss"])
     (2, False, 2)
-    >>> info["stopped_on_non_finite"], info["resumed_from_epoch"]
-    (None, None)
+    >>> info["stopped_on_non_finite"], info["resumed_from_epoch"], info["non_finite_val_epochs"]
+    (None, None, 0)
     """
     if model.fit_in_closed_form(x_train, y_train):
         return None, {"epochs": 0, "early_stopped": True, "closed_form": True}
@@ -421,4 +422,8 @@ def fit_as_paper(
         "resumed_from_epoch": resumed_from,
         "train_seconds": round(backup.seconds, 1) if backup else None,
         "stopped_on_non_finite": non_finite.message,
+        # Epochs of this process whose validation loss was inf or NaN: early stopping
+        # never keeps such an epoch, but a user should hear of it (the progress line says it too).
+        "non_finite_val_epochs": sum(
+            not math.isfinite(_scalar(v)) for v in (history.history.get("val_loss", []) if history else [])),
     }

@@ -380,6 +380,30 @@ def test_training_progress_shows_the_best_epoch_of_a_resumed_run():
     assert line.startswith("epoch 32/40") and "best -1000000000.0000 (epoch 11)" in line, line
 
 
+def test_a_non_finite_validation_loss_is_counted_and_explained():
+    """Validation rows far outside the data put the loss at inf: each line says so from
+    then on, the run ends with what to do, and fit_as_paper's info counts the epochs."""
+    import io
+
+    from keras_models.data.pipeline import array_dataset
+    from keras_models.progress import TrainingProgress
+    from keras_models.training import fit_as_paper
+
+    model = _model("made", conditional=False)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    x, _ = _data(False, n=60)
+    far = np.full((4, x.shape[1]), 1e30, np.float32)  # finite, but log p underflows to -inf
+    stream = io.StringIO()
+    progress = TrainingProgress(max_epochs=2, patience=30, stream=stream, bar=False)
+    _, info = fit_as_paper(model, array_dataset(x, batch_size=20), array_dataset(far), x, max_epochs=2,
+                           verbose=0, callbacks=[progress])
+    lines = stream.getvalue().split("\n")
+    assert "val_loss inf (not finite in 1 epoch so far)" in lines[1], lines[1]
+    assert "(not finite in 2 epochs so far)" in lines[2], lines[2]
+    assert lines[3].startswith("the validation loss was not finite in 2 of 2 epochs"), lines[3]
+    assert info["non_finite_val_epochs"] == 2
+
+
 def test_cli_choices_match_the_zoo_and_the_loaders():
     import tfp_maf_cli as cli
     from keras_models.data import LOADERS
