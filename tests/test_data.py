@@ -1,5 +1,6 @@
 """The dataset loaders, on files written here in exactly the archive's formats, and on the
-real MNIST and MINIBOONE slice in ../shared/data.
+real MNIST and a MINIBOONE slice: the folder ``$TFP_MAF_TEST_DATA``, else the
+``shared/data`` folder that CI places beside the repository.
 
 Each preprocessing step is checked against a literal restatement of the published loader
 (the oracle) and against the property it is meant to have (columns, noise ranges, split
@@ -9,6 +10,7 @@ sizes, statistics, the logit and its lambda, the flips).
 from __future__ import annotations
 
 import gzip
+import os
 import pickle
 from pathlib import Path
 
@@ -20,7 +22,7 @@ import tensorflow as tf
 from keras_models import data
 from keras_models.data import images, tabular
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("TFP_MAF_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def _write(root: Path, folder: str, name: str) -> Path:
