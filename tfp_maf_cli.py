@@ -235,8 +235,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="default: the paper's option --size-option for the dataset")
     train.add_argument("--size-option", type=int, default=0,
                        help="index into the paper's hidden-size options for the dataset (0: smallest)")
-    train.add_argument("--no-jit", dest="jit_compile", action="store_false",
-                       help="train without XLA (default: jit_compile=True)")
+    train.add_argument("--no-jit", dest="jit_compile", action="store_const", const=False, default="auto",
+                       help="train without XLA (default: XLA unless the run is too short to repay "
+                            "its compilation; keras_models.training.compile_as_paper)")
     train.add_argument("--batch-size", type=int, default=100)
     train.add_argument("--max-epochs", type=int, default=1000)
     train.add_argument("--max-minutes", type=float, default=None)

@@ -29,7 +29,7 @@ def load_splits(dataset: str, data_dir=None, seed: int = 0):
 
 def train(splits, model_name: str, *, conditional: bool = False, size_option: int = 0,
           hidden_units=None, seed: int = 0, batch_size: int = 100, max_epochs: int = 1000,
-          max_minutes: float | None = None, patience: int = 30, jit_compile: bool = True,
+          max_minutes: float | None = None, patience: int = 30, jit_compile="auto",
           log_scale_bound: float | None = None, learning_rate: float | None = None, backup_dir=None,
           verbose=0, callbacks=()):
     """Builds ``model_name`` (``maf5``, ``made``, ...) with the paper's settings for

@@ -17,6 +17,7 @@ import math
 import os
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import keras
@@ -250,6 +251,17 @@ class RunBackup(keras.callbacks.Callback):
                 path.unlink()
 
 
+def _decide_xla(model, train_ds, patience: int) -> None:
+    """For a model compiled with ``jit_compile="auto"`` whose train step is not made
+    yet: no XLA if even the shortest early-stopped run (``patience + 1`` epochs) takes
+    fewer than `XLA_BREAK_EVEN_STEPS` steps."""
+    if model not in _XLA_AUTO or model.train_function is not None:
+        return
+    steps = int(train_ds.cardinality()) if isinstance(train_ds, tf.data.Dataset) else -1
+    if 0 < steps and steps * (patience + 1) < XLA_BREAK_EVEN_STEPS:
+        model.jit_compile = False
+
+
 def _scalar(value) -> float:
     # Multi-worker logs are vectors of one (see DensityModel._logs).
     return float(np.mean(value))
@@ -269,14 +281,29 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(partial, path)  # atomic on POSIX and Windows
 
 
-def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=True,
+#: Training steps after which XLA has paid for its compilation. XLA makes each step
+#: faster (it fuses Keras 3's per-variable optimizer ops and the flows' small elementwise
+#: ops) but compiles for seconds first. Measured with `benchmarks/small_data.py` (MAF (5)
+#: of 2 x 128, D 64, batch 100, 2 cores): XLA's first epoch took about 7 s longer and each
+#: later step about 3 ms less, so it pays after roughly 2,500 steps.
+XLA_BREAK_EVEN_STEPS = 2_500
+
+# Models compiled with jit_compile="auto": `fit_as_paper` decides for them.
+_XLA_AUTO: weakref.WeakSet = weakref.WeakSet()
+
+
+def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile="auto",
                      steps_per_execution: int = 10, learning_rate: float | None = None) -> DensityModel:
     """Adam with the paper's step size for this model (1e-3 MADE / MADE MoG, 1e-4 flows),
     or ``learning_rate`` if given.
 
-    XLA by default: it fuses Keras 3's per-variable optimizer ops and the small
-    elementwise ops of the flows, which made every measured model train faster on CPU
-    (``benchmarks/results/speed.md``, ``mnist_epochs.md``); ``jit_compile=False`` turns it off.
+    XLA where it pays: it makes every measured model's steps faster on CPU
+    (`docs/performance.md`), but compiling costs seconds before the first step. With
+    ``jit_compile="auto"`` (the default) the model compiles with XLA, and `fit_as_paper`
+    turns XLA off for a run too short to repay it: one whose shortest early-stopped
+    length, ``(patience + 1)`` epochs of the training pipeline's steps, is under
+    `XLA_BREAK_EVEN_STEPS` (a small dataset: 1,200 rows of batch 100 take 12 steps an
+    epoch). ``True`` or ``False`` decides for every run.
 
     ``steps_per_execution`` steps run per call into the compiled loop, and Keras 3
     only runs whole calls: the model then refuses a ``steps_per_epoch``,
@@ -293,7 +320,8 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
       model_name: the zoo's name of the model (`keras_models.build`), which picks
         the step size: ``"made"`` and ``"made-mog"`` get ``1e-3``, every other name
         ``1e-4``.
-      jit_compile: compile the steps with XLA (Keras' ``jit_compile``).
+      jit_compile: compile the steps with XLA (Keras' ``jit_compile``), or
+        ``"auto"``: with XLA unless `fit_as_paper` finds the run too short for it.
       steps_per_execution: training steps per call into the compiled loop.
       learning_rate: Adam's step size, overriding the paper's.
 
@@ -312,6 +340,11 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
     """
     if tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1:
         jit_compile, steps_per_execution = False, 1
+    if jit_compile == "auto":  # Keras' own "auto" means XLA wherever it is supported
+        _XLA_AUTO.add(model)
+        jit_compile = True
+    else:
+        _XLA_AUTO.discard(model)
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate or LEARNING_RATES.get(model_name, 1e-4)),
         jit_compile=jit_compile,
@@ -392,6 +425,7 @@ def fit_as_paper(
     """
     if model.fit_in_closed_form(x_train, y_train):
         return None, {"epochs": 0, "early_stopped": True, "closed_form": True}
+    _decide_xla(model, train_ds, patience)
     stopper = keras.callbacks.EarlyStopping(
         monitor="val_loss", patience=patience, restore_best_weights=True
     )

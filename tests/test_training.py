@@ -87,6 +87,23 @@ def test_jit_compile_trains_and_matches_the_graph_loss():
     assert model.evaluate(val, verbose=0) == pytest.approx(jit_loss, rel=1e-4)
 
 
+@pytest.mark.parametrize(("rows", "xla"), [(200, False), (10_000, True)], ids=["short run", "long run"])
+def test_auto_xla_is_off_for_a_run_too_short_to_repay_compiling(rows, xla):
+    """jit_compile="auto": XLA unless (patience + 1) epochs take fewer steps than
+    XLA_BREAK_EVEN_STEPS; True and False are kept as given."""
+    from keras_models.data.pipeline import array_dataset
+
+    x = np.random.default_rng(0).normal(size=(rows, 2)).astype(np.float32)
+    train = array_dataset(x, batch_size=100)
+    model = training.compile_as_paper(km.MADE(2, hidden_units=[4]), "made")  # "auto"
+    assert model.jit_compile is True  # until fit_as_paper knows the run
+    training._decide_xla(model, train, patience=30)  # what fit_as_paper does first
+    assert model.jit_compile is xla, (rows, training.XLA_BREAK_EVEN_STEPS)
+    fixed = training.compile_as_paper(km.MADE(2, hidden_units=[4]), "made", jit_compile=True)
+    training._decide_xla(fixed, train, patience=30)
+    assert fixed.jit_compile is True
+
+
 @pytest.mark.parametrize("jit_compile", [False, True])
 @pytest.mark.parametrize("kind", ["maf", "made_mog"])
 def test_fit_takes_the_steps_a_gradient_tape_loop_takes(kind, jit_compile):
