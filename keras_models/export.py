@@ -118,8 +118,9 @@ def export_saved_model(model: DensityModel, path: str, verbose: bool = False, in
             return tf.cond(n > 0, lambda: model.sample(n, y, seed=seed), lambda: tf.zeros([0, D], dtype))
 
     specs["serve"] = tf.nest.map_structure(_tensor_spec, input_signature or serve_signature)
-    # Keras' export keeps its root in the same class, so what loads is laid out alike.
-    root = tf.__internal__.tracking.AutoTrackable()
+    # A public trackable that takes any attribute (a tf.Module's ``variables`` is a
+    # read-only property): the loaded object has the variable lists Keras' TFSMLayer reads.
+    root = tf.train.Checkpoint()
     root.variables = list(model.variables)
     root.trainable_variables = list(model.trainable_variables)
     root.non_trainable_variables = list(model.non_trainable_variables)
