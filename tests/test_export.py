@@ -84,7 +84,8 @@ assert all(sys.modules[name] is None for name in SERVING_ONLY)
 
 def _model(conditional: bool, dtype="float32"):
     model = km.MAF(D if conditional else 2, hidden_units=[8], num_layers=1, seed=0,
-                   conditional_dims=K if conditional else None, dtype=dtype)
+                   conditional_dims=K if conditional else None, dtype=dtype,
+                   name="maf")  # named: the messages start with it, whatever models this worker made before
     randomize_weights(model, seed=1, scale=0.3)  # not the identity it starts as
     return model
 
