@@ -8,6 +8,16 @@ good weights in place.
 validation loss, the best weights restored, the batch norms' statistics set from the
 training set, `BatchNormStatistics`). The callbacks work in any ``fit``; see
 `fit_as_paper` for the whole recipe.
+
+Example: the paper's optimizer and the callback a plain ``fit`` needs for batch norms:
+
+>>> import numpy as np
+>>> from keras_models import MAF, training
+>>> x = np.random.default_rng(0).standard_normal((200, 2)).astype(np.float32)
+>>> model = training.compile_as_paper(MAF(2, hidden_units=[8], num_layers=2), "maf5")
+>>> round(float(model.optimizer.learning_rate), 6)
+0.0001
+>>> statistics = training.BatchNormStatistics(x)  # for model.fit(x, ..., callbacks=[statistics])
 """
 
 from __future__ import annotations
