@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+import keras
 import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
@@ -355,3 +356,18 @@ def report(measure: str, result: dict, markdown, out=None) -> dict:
     print(text)
     save(out or result_path(measure, result["machine_kind"]), result, text)
     return result
+
+
+class EpochTimes(keras.callbacks.Callback):
+    """The wall time of each epoch of a ``fit`` (validation and the callbacks after
+    this one included), in ``seconds``."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seconds.append(time.perf_counter() - self._start)

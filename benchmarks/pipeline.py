@@ -26,10 +26,9 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _common import header, report, run_info, whole_executions  # noqa: E402
+from _common import EpochTimes, header, report, run_info, whole_executions  # noqa: E402
 
 from keras_models import data, presets, training, zoo  # noqa: E402
 
@@ -83,18 +82,6 @@ def measure(name, splits, steps, batch_size, repeats):
     }
 
 
-class _EpochTimer(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.times = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._start = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.times.append(time.perf_counter() - self._start)
-
-
 def autotune_effect(epochs, batch_size=1000, rows=20_000, D=43, hidden=(512, 512)):
     """Median epoch time of ``fit`` with our pipeline, autotuner off and on."""
     x = np.random.default_rng(0).standard_normal((rows, D)).astype(np.float32)
@@ -106,9 +93,9 @@ def autotune_effect(epochs, batch_size=1000, rows=20_000, D=43, hidden=(512, 512
         if label == "autotune_on":
             ds = ds.with_options(on)
         model = training.compile_as_paper(zoo.build("maf5", D, hidden_units=list(hidden)), "maf5")
-        timer = _EpochTimer()
+        timer = EpochTimes()
         model.fit(ds, epochs=epochs + 1, verbose=0, callbacks=[timer])
-        times = timer.times[1:]  # the first epoch traces and compiles
+        times = timer.seconds[1:]  # the first epoch traces and compiles
         out[label] = {"examples_per_s": round(rows / float(np.median(times))),
                       "epoch_times_s": [round(t, 3) for t in times]}
     out["off_over_on"] = round(out["autotune_off"]["examples_per_s"] / out["autotune_on"]["examples_per_s"], 2)

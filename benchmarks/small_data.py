@@ -40,7 +40,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import header, report, run_info  # noqa: E402
+from _common import EpochTimes, header, report, run_info  # noqa: E402
 
 import keras_models as km  # noqa: E402
 from keras_models import training  # noqa: E402
@@ -70,27 +70,13 @@ def _mean_and_2se(values) -> tuple[float, float]:
     return float(values.mean()), float(2 * values.std(ddof=1) / np.sqrt(len(values)))
 
 
-class _EpochTimes(keras.callbacks.Callback):
-    """Wall time of each epoch, validation and batch-norm statistics included."""
-
-    def __init__(self):
-        super().__init__()
-        self.seconds = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._start = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.seconds.append(time.perf_counter() - self._start)
-
-
 def run_ours(splits: Splits, seed: int, patience: int, jit_compile) -> dict:
     start = time.perf_counter()
     keras.utils.set_random_seed(seed)
     model = km.MAF(D, hidden_units=HIDDEN, num_layers=LAYERS)
     training.compile_as_paper(model, "maf5", learning_rate=LEARNING_RATE, jit_compile=jit_compile)
     pipelines = splits.pipelines(batch_size=BATCH, seed=seed)
-    epochs = _EpochTimes()
+    epochs = EpochTimes()
     # The timer is the first callback: fit_as_paper's own (statistics, early stopping)
     # run after it in each epoch's end, so that they count in the epoch.
     _, info = training.fit_as_paper(model, pipelines.train, pipelines.validation, splits.x_train,
@@ -147,7 +133,7 @@ def run_keras_floor(splits: Splits, seed: int, patience: int) -> dict:
         h = keras.layers.Dense(D)(a) + h
     model = keras.Model(inputs, h)
     model.compile(keras.optimizers.Adam(LEARNING_RATE), loss="mse", jit_compile=True, steps_per_execution=10)
-    epochs = _EpochTimes()
+    epochs = EpochTimes()
     model.fit(splits.x_train, splits.x_train, batch_size=BATCH, epochs=5, callbacks=[epochs], verbose=0,
               validation_data=(splits.x_val, splits.x_val))
     return _row(time.perf_counter() - start, epochs.seconds, 5, (float("nan"), float("nan")))
