@@ -255,7 +255,8 @@ class DensityModel(keras.Model):
     def _draw(self, n, y, seed):
         # Values only: no gradient machinery kept per trace (`tfp_maf.sampling.without_gradients`);
         # model.distribution().sample() under a tape is the differentiable path.
-        with without_gradients():
+        # kernels_as_stored: no gradient, so no kernel * mask products (and no masks) either.
+        with without_gradients(), kernels_as_stored():
             dist = self._distribution(y, False)
             if y is not None and y.shape.rank == 2:
                 return dist.sample(seed=seed)  # one x per row of y
@@ -291,7 +292,7 @@ class DensityModel(keras.Model):
         super().set_weights(weights)
         apply_masks(self)  # MADE kernels hold zeros outside their masks (`tfp_maf.MaskedDense`)
 
-    def set_batch_norm_statistics(self, x, y=None, batch_size: int = 10_000) -> None:
+    def set_batch_norm_statistics(self, x, y=None, batch_size: int | None = None) -> None:
         """Every batch norm's statistics from the whole training set (the paper's
         evaluation-time statistics; `keras_models.batch_norm_statistics`).
 
@@ -302,7 +303,8 @@ class DensityModel(keras.Model):
         Args:
           x: the training data ``[N, D]``.
           y: the training side information ``[N, K]`` for a conditional model.
-          batch_size: rows per pass through the flow.
+          batch_size: rows per call through the flow; None: about 2 million values
+            (at most 10,000 rows), which keeps the pass's temporary memory small.
 
         Example:
 

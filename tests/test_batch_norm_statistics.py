@@ -1,0 +1,90 @@
+"""The evaluation-time batch-norm statistics pass (`keras_models.batch_norm_statistics`):
+streamed over batches, the same figures as the whole training set mapped at once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import keras_models as km
+import tfp_maf
+from keras_models import batch_norm_statistics as bns
+from tfp_maf.layers import apply_masks
+
+
+def _reference(model, x, y=None):
+    """Each batch norm's mean and variance from the whole set mapped in one piece,
+    in float64: the definition (appendix B of the paper)."""
+    dist = model.distribution(None if y is None else y)
+    current, out = x, []
+    for b in dist.bijector.bijectors:
+        if isinstance(b, tfp_maf.ExpGammaBatchNorm):
+            values = np.asarray(current, np.float64)
+            out.append((values.mean(0), values.var(0)))
+            layer = next(layer for layer in bns.batch_norm_layers(model) if layer.name == b.name)
+            layer.set_statistics(*out[-1])
+        current = b.inverse(current, **tfp_maf.flow_kwargs(b, conditional_input=y)).numpy()
+    return out
+
+
+def _trained(conditional):
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(523, 3)) * [1.0, 5.0, 0.1] + [0.0, 100.0, -3.0]).astype(np.float32)
+    y = np.eye(2, dtype=np.float32)[rng.integers(0, 2, len(x))] if conditional else None
+    model = km.MAF(3, hidden_units=[16], num_layers=3, conditional_dims=2 if conditional else None, seed=0)
+    # Non-trivial MADEs and batch norms, so that each batch norm sees what the earlier ones did.
+    for w in model.trainable_variables:
+        w.assign(np.random.default_rng(1).normal(0.0, 0.3, w.shape).astype(np.float32))
+    apply_masks(model)
+    return model, x, y
+
+
+@pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
+@pytest.mark.parametrize("in_memory", [True, False], ids=["rows-in-memory", "rows-in-a-file"])
+def test_streamed_statistics_equal_the_whole_set_at_once(conditional, in_memory, monkeypatch):
+    if not in_memory:
+        monkeypatch.setattr(bns, "IN_MEMORY_BYTES", 0)  # the path of training sets above it
+    model, x, y = _trained(conditional)
+    reference = _reference(model, x, y)
+    # A batch that does not divide the 523 rows: the last one is short.
+    model.set_batch_norm_statistics(x, y, batch_size=100)
+    layers = bns.batch_norm_layers(model)
+    assert len(layers) == len(reference) == 3
+    for layer, (mean, variance) in zip(layers, reference, strict=True):
+        np.testing.assert_allclose(layer.mean.numpy(), mean, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(layer.variance.numpy(), variance, rtol=1e-5)
+
+
+def test_the_batch_size_does_not_change_the_statistics():
+    model, x, _ = _trained(False)
+    figures = []
+    for batch_size in (None, 1, 64, 10_000):
+        model.set_batch_norm_statistics(x, batch_size=batch_size)
+        figures.append([(l.mean.numpy(), l.variance.numpy()) for l in bns.batch_norm_layers(model)])
+    for other in figures[1:]:
+        for (m0, v0), (m, v) in zip(figures[0], other, strict=True):
+            np.testing.assert_allclose(m, m0, rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(v, v0, rtol=1e-5)
+
+
+def test_moments_combine_stably_far_from_zero():
+    # A large mean and a small spread: the naive E[x^2] - E[x]^2 loses every digit here.
+    rng = np.random.default_rng(0)
+    x = 1e6 + rng.normal(0.0, 1e-2, size=(10_001, 2))
+    total = bns._Moments()
+    for start in range(0, len(x), 997):
+        batch = x[start:start + 997]
+        total.add(len(batch), batch.mean(0), ((batch - batch.mean(0)) ** 2).sum(0))
+    np.testing.assert_allclose(total.mean, x.mean(0), rtol=1e-14)
+    np.testing.assert_allclose(total.variance, x.var(0), rtol=1e-7)
+
+
+def test_rows_written_to_a_file_read_back_exactly(monkeypatch):
+    monkeypatch.setattr(bns, "IN_MEMORY_BYTES", 0)
+    values = np.random.default_rng(0).normal(size=(37, 4)).astype(np.float32)
+    with bns._Rows(37, (4,), np.dtype(np.float32)) as rows:
+        assert rows.file is not None and rows.array is None
+        for start in range(0, 37, 10):
+            rows.write(start, values[start:start + 10])
+        np.testing.assert_array_equal(rows.read(0, 37), values)
+        np.testing.assert_array_equal(rows.read(15, 22), values[15:22])
