@@ -249,3 +249,28 @@ def test_a_trace_registers_no_gradient_function():
     for batch in (3, 5):  # two traces
         loss_gradient(tf.ones([batch, 4]))
     assert len(ops._gradient_registry._registry) == before
+
+
+@pytest.mark.parametrize("kernel_blocks", [1, 4], ids=["dense", "blocks"])
+@pytest.mark.parametrize("as_stored", [False, True], ids=["masked-product", "as-stored"])
+def test_traced_graphs_hold_no_mask_sized_constant(kernel_blocks, as_stored):
+    # A mask as a constant is a copy in every graph TF keeps of a trace (an MNIST MAF (5)'s
+    # fit graph held 250 MiB of them): masks are built from two short vectors where a
+    # graph needs them, and not at all where kernels are read as stored.
+    made = MADENetwork(40, [64], kernel_blocks=kernel_blocks, seed=0)
+    x = tf.zeros([2, 40])
+
+    @tf.function
+    def call(x):
+        if as_stored:
+            with tfp_maf.layers.kernels_as_stored():
+                return made(x)
+        return made(x)
+
+    graph = call.get_concrete_function(x).graph
+    sizes = [int(np.prod(tf.make_ndarray(op.get_attr("value")).shape)) for op in graph.get_operations()
+             if op.type == "Const"]
+    smallest_mask = min(layer.mask.size for layer in [*made.hidden_layers, made.output_layer])
+    assert max(sizes) < smallest_mask, sorted(sizes)[-5:]
+    # ...and the values are those of the eager call.
+    np.testing.assert_array_equal(call(x)[0].numpy(), made(x)[0].numpy())
