@@ -481,6 +481,23 @@ def test_pipelines_run_without_the_autotuner():
         assert ds.options().autotune.enabled is False
 
 
+def test_pipelines_read_the_arrays_without_a_copy(tmp_path):
+    # No copy of the data in the pipeline: a pass reads the array as it is then, and a
+    # memory-mapped array trains without being read whole.
+    x = np.arange(20, dtype=np.float64).reshape(10, 2)
+    y = np.eye(2, dtype=np.float32)[np.arange(10) % 2]
+    ds = data.array_dataset(x, y, batch_size=4)
+    batches = list(ds)
+    assert [tuple(b.shape) for b, _ in batches] == [(4, 2), (4, 2), (2, 2)]
+    assert batches[0][0].dtype == tf.float64 and batches[0][1].dtype == tf.float32
+    np.testing.assert_array_equal(np.concatenate([b for b, _ in batches]), x)
+    x[0, 0] = -1.0
+    assert float(next(iter(ds))[0][0, 0]) == -1.0
+    np.save(tmp_path / "x.npy", x.astype(np.float32))
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    np.testing.assert_array_equal(np.concatenate(list(data.array_dataset(mapped, batch_size=3))), mapped)
+
+
 def test_empty_arrays_are_refused():
     with pytest.raises(ValueError, match="at least one row, got an empty array of shape \\(0, 3\\)"):
         data.array_dataset(np.zeros((0, 3), np.float32))

@@ -2,8 +2,13 @@
 
 The training pipeline shuffles row *indices* (a fresh permutation every epoch) and gathers
 one whole batch per step, instead of slicing and re-batching single rows: one gather per
-batch costs a few microseconds, so the pipeline is never what limits a training step
+batch costs microseconds, so the pipeline is never what limits a training step
 (``benchmarks/pipeline.py`` measures both).
+
+The batches are gathered from the caller's arrays themselves, in NumPy: a pipeline holds
+no copy of the data (a tensor made from an array would be one, since TensorFlow copies
+every array that is not aligned to its 64 bytes, as NumPy's large arrays are not), and a
+memory-mapped array (``np.load(..., mmap_mode="r")``) trains without being read whole.
 """
 
 from __future__ import annotations
@@ -50,7 +55,8 @@ def array_dataset(x: np.ndarray, y: np.ndarray | None = None, batch_size: int = 
     uninterrupted run would have seen.
 
     Args:
-      x: the rows ``[N, D]``.
+      x: the rows ``[N, D]``: an array, memory-mapped or not, or what `np.asarray`
+        takes. Each pass reads it as it is then (no copy is taken).
       y: their side information ``[N, K]``, or None.
       batch_size: rows per batch.
       shuffle: draw a new order of the rows every pass.
@@ -75,7 +81,7 @@ def array_dataset(x: np.ndarray, y: np.ndarray | None = None, batch_size: int = 
         raise ValueError(f"expected at least one row, got an empty array of shape {np.shape(x)}.")
     if y is not None and len(y) != len(x):
         raise ValueError(f"expected one label per row ({len(x)}), got {len(y)}.")
-    tensors = (tf.constant(x),) if y is None else (tf.constant(x), tf.constant(y))
+    arrays = (np.asarray(x),) if y is None else (np.asarray(x), np.asarray(y))
     n = len(x)
     if shuffle:
         if epoch is None:
@@ -96,9 +102,14 @@ def array_dataset(x: np.ndarray, y: np.ndarray | None = None, batch_size: int = 
     batches = n // batch_size if drop_remainder else -(-n // batch_size)
     indices = indices.apply(tf.data.experimental.assert_cardinality(batches))
 
+    def take(idx):  # NumPy's gather: a batch-sized copy of the rows, nothing more
+        return tuple(a[idx] for a in arrays)
+
     def gather(idx):
-        batch = tuple(tf.gather(t, idx) for t in tensors)
-        return batch[0] if y is None else batch
+        batch = tf.numpy_function(take, [idx], [tf.as_dtype(a.dtype) for a in arrays], stateful=False)
+        for t, a in zip(batch, arrays, strict=True):
+            t.set_shape([None, *a.shape[1:]])
+        return batch[0] if y is None else tuple(batch)
 
     # A batch is one gather from memory (microseconds): one producer thread and two
     # batches in flight keep any training step fed, with nothing to tune. tf.data's
