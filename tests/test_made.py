@@ -274,3 +274,18 @@ def test_traced_graphs_hold_no_mask_sized_constant(kernel_blocks, as_stored):
     assert max(sizes) < smallest_mask, sorted(sizes)[-5:]
     # ...and the values are those of the eager call.
     np.testing.assert_array_equal(call(x)[0].numpy(), made(x)[0].numpy())
+
+
+def test_each_layer_draws_its_own_initial_weights():
+    # One initializer instance shared by the layers drew the same values in each (Keras'
+    # random initializers fix their seed when made): hidden_1 was a scaled copy of hidden_0.
+    keras.utils.set_random_seed(0)
+    made = MADENetwork(30, [40, 40], conditional_dims=40, kernel_blocks=1,
+                       output_kernel_initializer="glorot_uniform", seed=0)
+    kernels = [made.hidden_layers[0].kernel, made.hidden_layers[1].kernel, made.output_layer.kernel,
+               *made.conditional_kernels]
+    flat = [np.asarray(k).ravel()[:30 * 40] for k in kernels]
+    for i in range(len(flat)):
+        for j in range(i + 1, len(flat)):
+            both = (flat[i] != 0) & (flat[j] != 0)
+            assert abs(np.corrcoef(flat[i][both], flat[j][both])[0, 1]) < 0.2, (i, j)

@@ -167,6 +167,16 @@ def _mask_tensor(mask, dtype) -> tf.Tensor:
     return tf.cast(tf.constant(rank)[:, None] < tf.constant(seen)[None, :], dtype)
 
 
+def _fresh(initializer):
+    """A new instance of ``initializer``, for one weight. Keras' random initializers fix
+    their seed when they are made and draw the same values at every call: one instance
+    shared by two layers gave the second a scaled copy of the first's draws (correlation
+    1.0 on the positions they share). An instance made with ``seed=None`` makes a new
+    seed (from Keras' global seed: `keras.utils.set_random_seed` still decides them all);
+    one made with an int seed keeps it, as Keras' own layers do."""
+    return initializer.__class__.from_config(initializer.get_config())
+
+
 class _MaskConstraint(keras.constraints.Constraint):
     """Projects a kernel onto its mask: the one projection behind the initializer,
     the step after every optimizer update (Keras applies constraints there) and
@@ -603,7 +613,7 @@ class MADENetwork(keras.layers.Layer):
                 units,
                 mask,
                 activation=None,  # applied after adding the y projection
-                kernel_initializer=self.kernel_initializer,
+                kernel_initializer=_fresh(self.kernel_initializer),
                 kernel_regularizer=self.kernel_regularizer,
                 blocks=self._blocks(mask),
                 dtype=self.dtype_policy,
@@ -617,7 +627,7 @@ class MADENetwork(keras.layers.Layer):
         self.output_layer = MaskedDense(
             D * self.params_per_dim,
             output_mask,
-            kernel_initializer=output_kernel_initializer,
+            kernel_initializer=_fresh(keras.initializers.get(output_kernel_initializer)),
             kernel_regularizer=self.kernel_regularizer,
             blocks=self._blocks(output_mask),
             dtype=self.dtype_policy,
@@ -632,7 +642,7 @@ class MADENetwork(keras.layers.Layer):
                 self.add_weight(
                     name=f"conditional_kernel_{i}",
                     shape=(self.conditional_dims, w),
-                    initializer=self.kernel_initializer,
+                    initializer=_fresh(self.kernel_initializer),
                     regularizer=self.kernel_regularizer,
                 )
                 for i, w in enumerate(widths)
