@@ -50,6 +50,14 @@ _RESUMABLE_CHANGES = {"verbose", "quiet", "max_minutes", "func"}
 #: `keras_models.data.LOADERS`).
 MODEL_NAMES = ("gaussian", "made", "made-mog", "maf-mog5", "maf10", "maf5", "realnvp10", "realnvp5")
 DATASET_NAMES = ("bsds300", "cifar10", "figure1", "gas", "hepmass", "miniboone", "mnist", "power")
+# keras_models.presets.PROTOCOLS, written out: parsing the command line imports no TensorFlow.
+PROTOCOLS = ("paper", "published")
+PROTOCOL_HELP = ("paper (default): the paper's text and table of options; published: the authors' published "
+                 "code where the paper is silent (its initialisation, and MNIST at 2 x 1,024)")
+
+
+#: Arguments of ``train`` added in later versions, with the behaviour that runs made before had.
+_ADDED_ARGUMENTS = {"protocol": "paper"}
 
 
 def _check_resumable(out: Path, args) -> None:
@@ -60,7 +68,8 @@ def _check_resumable(out: Path, args) -> None:
     saved = json.loads(saved_path.read_text())
     current = vars(args)
     keys = (set(saved) | set(current)) - _RESUMABLE_CHANGES
-    changed = sorted(k for k in keys if saved.get(k) != current.get(k))
+    # An argument added since the backup was made had its default then.
+    changed = sorted(k for k in keys if saved.get(k, _ADDED_ARGUMENTS.get(k)) != current.get(k))
     if changed:
         detail = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)!r} then, {current.get(k)!r} now" for k in changed)
         raise SystemExit(
@@ -97,7 +106,7 @@ def cmd_train(args) -> dict:
         hidden_units=args.hidden_units, seed=args.seed, batch_size=args.batch_size,
         max_epochs=args.max_epochs, max_minutes=args.max_minutes, patience=args.patience,
         jit_compile=args.jit_compile, log_scale_bound=args.log_scale_bound, learning_rate=args.learning_rate,
-        backup_dir=out / BACKUP_DIR, verbose=0, callbacks=_progress(args),
+        backup_dir=out / BACKUP_DIR, verbose=0, callbacks=_progress(args), protocol=args.protocol,
     )
     metrics = {
         "dataset": splits.name, "model": args.model, "conditional": args.conditional,
@@ -146,7 +155,7 @@ def cmd_reproduce(args) -> dict:
         args.dataset, models, data_dir=args.data_dir, conditional=args.conditional,
         size_options=args.size_options, max_minutes=args.max_minutes, max_epochs=args.max_epochs,
         seed=args.seed, learning_rate=args.learning_rate, results_dir=args.results, runs_dir=args.runs,
-        on_model=on_model,
+        on_model=on_model, protocol=args.protocol,
         callbacks=_progress(args),
         log=None if args.quiet else (lambda text: print(f"tfp-maf: {text}", file=sys.stderr, flush=True)),
     )
@@ -238,6 +247,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--no-jit", dest="jit_compile", action="store_const", const=False, default="auto",
                        help="train without XLA (default: XLA unless the run is too short to repay "
                             "its compilation; keras_models.training.compile_as_paper)")
+    train.add_argument("--protocol", choices=PROTOCOLS, default="paper", help=PROTOCOL_HELP)
     train.add_argument("--batch-size", type=int, default=100)
     train.add_argument("--max-epochs", type=int, default=1000)
     train.add_argument("--max-minutes", type=float, default=None)
@@ -273,6 +283,7 @@ def _parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--max-epochs", type=int, default=1000,
                            help="epoch cap per training run (default 1000: early stopping decides)")
     reproduce.add_argument("--seed", type=int, default=0)
+    reproduce.add_argument("--protocol", choices=PROTOCOLS, default="paper", help=PROTOCOL_HELP)
     reproduce.add_argument("--learning-rate", type=float, default=None,
                            help="Adam's step size in place of the paper's (1e-3 MADE, MADE MoG; 1e-4 flows); "
                                 "such rows are marked and kept beside the paper's-protocol rows")

@@ -31,10 +31,11 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
           hidden_units=None, seed: int = 0, batch_size: int = 100, max_epochs: int = 1000,
           max_minutes: float | None = None, patience: int = 30, jit_compile="auto",
           log_scale_bound: float | None = None, learning_rate: float | None = None, backup_dir=None,
-          verbose=0, callbacks=()):
+          verbose=0, callbacks=(), protocol: str = "paper"):
     """Builds ``model_name`` (``maf5``, ``made``, ...) with the paper's settings for
     ``splits`` and trains it as in the paper (``learning_rate``: Adam's step size in place
-    of the paper's). Returns ``(model, info)``."""
+    of the paper's; ``protocol``: ``"published"`` for the published code's where the paper
+    is silent, `keras_models.presets`). Returns ``(model, info)``."""
     import keras
 
     from keras_models import presets, training, zoo
@@ -42,7 +43,7 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
     keras.utils.set_random_seed(seed)
     kwargs = {"conditional_dims": splits.num_classes if conditional else None}
     if model_name != "gaussian":
-        kwargs.update(presets.model_kwargs(splits.name, size_option), seed=seed)
+        kwargs.update(presets.model_kwargs(splits.name, size_option, protocol), seed=seed)
         if hidden_units:
             kwargs["hidden_units"] = list(hidden_units)
         if log_scale_bound:
@@ -58,7 +59,7 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
         shuffle_epoch=pipelines.epoch,
     )
     # A resumed run's wall time counts every process it ran in (the backup keeps it).
-    info.update(hidden_units=kwargs.get("hidden_units"), parameters=int(model.count_params()),
+    info.update(hidden_units=kwargs.get("hidden_units"), parameters=int(model.count_params()), protocol=protocol,
                 # To the float32 variable's 7 digits: 1e-2, not 0.009999999776482582.
                 learning_rate=float(f"{float(model.optimizer.learning_rate.numpy()):.7g}"),
                 wall_time_s=info.get("train_seconds") or round(time.monotonic() - start, 1))
@@ -131,7 +132,7 @@ TABLE_MODELS = ("gaussian", "made", "made-mog", "realnvp5", "realnvp10", "maf5",
 def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
               size_options=None, max_minutes: float | None = None, max_epochs: int = 1000,
               seed: int = 0, learning_rate: float | None = None, results_dir="results", runs_dir=None,
-              verbose=0, callbacks=(), log=None, on_model=None) -> dict:
+              verbose=0, callbacks=(), log=None, on_model=None, protocol: str = "paper") -> dict:
     """Trains each model on every hidden-size option (or ``size_options``), keeps the
     best on validation data, and writes ``<results_dir>/<dataset>[_conditional].json``
     and ``.md``.
@@ -147,12 +148,13 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
 
     ``learning_rate`` replaces the paper's step size: such rows are kept beside the
     paper-protocol rows of the same models (and their runs in directories of their own),
-    marked with the step size in the table.
+    marked with the step size in the table. So are the rows of ``protocol="published"``
+    (the published code's protocol where the paper is silent, `keras_models.presets`).
     """
     from keras_models import presets
 
     splits = load_splits(dataset, data_dir, seed)
-    options = size_options if size_options is not None else range(len(presets.HIDDEN_UNIT_OPTIONS[dataset]))
+    options = size_options if size_options is not None else range(len(presets.hidden_unit_options(dataset, protocol)))
     stem = f"{dataset}_conditional" if conditional else dataset
     runs_dir = Path(runs_dir) if runs_dir is not None else Path("runs") / stem
     log = log or (lambda text: None)
@@ -160,11 +162,12 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
         tried, best = [], None
         step = _step_size_override(name, learning_rate)
         for option in ([0] if name == "gaussian" else options):
-            run_dir = runs_dir / f"{name}-option{option}-seed{seed}{_step_suffix(step)}"
+            run_dir = runs_dir / f"{name}-option{option}-seed{seed}{_step_suffix(step)}{_protocol_suffix(name, protocol)}"
             log(f"{stem}: {name}, hidden-size option {option} (run directory {run_dir})")
             model, info = _train_or_resume(splits, name, run_dir, conditional=conditional, size_option=option,
                                            seed=seed, max_minutes=max_minutes, max_epochs=max_epochs,
-                                           learning_rate=step, verbose=verbose, callbacks=callbacks)
+                                           learning_rate=step, verbose=verbose, callbacks=callbacks,
+                                           protocol=protocol)
             val = evaluate(model, splits, conditional, split="val")["val_log_likelihood"]
             log(f"{stem}: {name}, option {option}: {info['epochs']} epochs, validation log-likelihood {val:.2f}")
             tried.append({"hidden_units": info["hidden_units"], "val_log_likelihood": val,
@@ -174,7 +177,7 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
         _, model, info = best
         row = {"model": name, **evaluate(model, splits, conditional), **info, "options_tried": tried,
                "budget": {"max_minutes_per_run": max_minutes, "max_epochs": max_epochs},
-               "paper_step_size": step is None}
+               "paper_step_size": step is None, "protocol": "paper" if name == "gaussian" else protocol}
         paper = paper_value(dataset, name, conditional)
         row["paper"] = None if paper is None else {"log_likelihood": paper[0], "error_bar": paper[1]}
         if paper is not None:
@@ -182,7 +185,7 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
             gap = abs(row["test_log_likelihood"] - paper[0])
             row["within_paper_error_bars"] = bool(gap <= paper[1] + row["test_log_likelihood_2se"])
         if on_model is not None:
-            on_model(name + _step_suffix(step), model, splits)
+            on_model(name + _step_suffix(step) + _protocol_suffix(name, protocol), model, splits)
         _write_row(results_dir, stem, dataset, conditional, row)
         log(f"{stem}: {name}: test log-likelihood {row['test_log_likelihood']:.2f}; "
             f"written to {Path(results_dir) / stem}.json")
@@ -204,9 +207,17 @@ def _step_suffix(learning_rate) -> str:
     return "" if learning_rate is None else f"-step{learning_rate:g}"
 
 
+def _protocol_suffix(name, protocol) -> str:
+    """The run directory's mark of a protocol other than the paper's (none for the
+    closed-form Gaussian, the same under every protocol)."""
+    return "" if protocol == "paper" or name == "gaussian" else f"-{protocol}"
+
+
 def _row_key(row) -> tuple:
-    """A results row's identity: its model, and the step size if not the paper's."""
-    return row["model"], None if row.get("paper_step_size", True) else row["learning_rate"]
+    """A results row's identity: its model, the step size if not the paper's, and the
+    protocol."""
+    return (row["model"], None if row.get("paper_step_size", True) else row["learning_rate"],
+            row.get("protocol", "paper"))
 
 
 def _train_or_resume(splits, name, run_dir: Path, *, max_epochs, max_minutes, **kwargs):
@@ -240,7 +251,7 @@ def _write_row(results_dir, stem, dataset, conditional, row):
     rows = [{"budget": earlier.get("budget"), **r} for r in earlier["rows"]]  # older files: one budget
     rows = [r for r in rows if _row_key(r) != _row_key(row)] + [row]
     order = {name: i for i, name in enumerate(TABLE_MODELS)}
-    rows.sort(key=lambda r: (order.get(r["model"], len(order)), _row_key(r)[1] or 0))
+    rows.sort(key=lambda r: (order.get(r["model"], len(order)), _row_key(r)[1] or 0, _row_key(r)[2]))
     result = {
         "dataset": dataset, "conditional": conditional,
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
@@ -292,6 +303,8 @@ def markdown_table(result: dict) -> str:
         bpp = _fmt(row["test_bits_per_pixel"], row["test_bits_per_pixel_2se"]) if "test_bits_per_pixel" in row else "-"
         label = row["model"] if row.get("paper_step_size", True) else (
             f"{row['model']} (step size {row['learning_rate']:g}, not the paper's)")
+        if row.get("protocol", "paper") != "paper":
+            label += f" ({row['protocol']} code's protocol)"
         lines.append(
             f"| {label} | {row['hidden_units'] or '-'} | "
             f"{_fmt(row['test_log_likelihood'], row['test_log_likelihood_2se'])} | {paper_text} | {gap} | {within} | "

@@ -44,6 +44,7 @@ import tensorflow_probability as tfp
 import tfp_maf
 from keras_models import _kernel_layout
 from keras_models.density_model import DensityModel
+from keras_models.initialization import made_initializers
 from tfp_maf._devices import check_device_kind
 from tfp_maf.bijectors._cache import GraphLocalChain
 
@@ -192,6 +193,10 @@ class Gaussian(DensityModel):
 class _FlowModel(DensityModel):
     """Shared plumbing of the flow models: kwargs routing and config.
 
+    ``initialization``: how the MADEs start, ``"default"`` or ``"published"`` (the
+    paper's published code; `keras_models.initialization`). Real NVP's networks start
+    as by default either way.
+
     ``kernel_blocks``, ``kernel_blocks_device``: the MADEs' storage
     (`tfp_maf.MADENetwork`): ``"auto"`` stores large kernels in degree blocks on a CPU
     and dense on a GPU, 1 all dense; the densities are the same. A saved model loads
@@ -214,9 +219,12 @@ class _FlowModel(DensityModel):
         hidden_degrees: str = "sequential",
         kernel_blocks: int | str = "auto",
         kernel_blocks_device: str | None = None,
+        initialization: str = "default",
         **kwargs,
     ):
         super().__init__(event_size, conditional_dims, **kwargs)
+        made_initializers(initialization)  # refuses an unknown one before anything is built
+        self.initialization = initialization
         self.kernel_blocks = kernel_blocks
         self.kernel_blocks_device = check_device_kind(kernel_blocks_device)
         self.hidden_units = [int(h) for h in hidden_units]
@@ -234,7 +242,7 @@ class _FlowModel(DensityModel):
             activation=self.activation, order=order, conditional_dims=self.conditional_dims,
             hidden_degrees=self.hidden_degrees, seed=seed, kernel_regularizer=_regularizer(self.l2),
             kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
-            dtype=self.dtype_policy, name=name,
+            dtype=self.dtype_policy, name=name, **made_initializers(self.initialization, num_components),
         )
 
     def _batch_norm(self, i):
@@ -264,6 +272,7 @@ class _FlowModel(DensityModel):
             seed=self.seed, log_scale_bound=self.log_scale_bound,
             hidden_degrees=self.hidden_degrees,
             kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
+            initialization=self.initialization,
         )
         return config
 

@@ -407,6 +407,8 @@ def test_a_non_finite_validation_loss_is_counted_and_explained():
 def test_cli_choices_match_the_zoo_and_the_loaders():
     import tfp_maf_cli as cli
     from keras_models.data import LOADERS
+    from keras_models.presets import PROTOCOLS
 
     assert sorted(cli.MODEL_NAMES) == sorted(MODELS)
     assert sorted(cli.DATASET_NAMES) == sorted(LOADERS)
+    assert cli.PROTOCOLS == PROTOCOLS

@@ -495,6 +495,7 @@ class MADENetwork(keras.layers.Layer):
         identity map (a well-conditioned start for a deep stack), and
         Glorot-uniform for the mixture head, where equal components would get
         equal gradients and never separate.
+      output_bias_initializer: initializer of the output bias (zeros by default).
       kernel_regularizer: applied to every kernel, e.g. ``keras.regularizers.L2(1e-6)``.
       kernel_blocks: ``"auto"`` stores the kernels of large layers in degree blocks
         (`MaskedDense`'s ``blocks``) on a CPU, where skipping the masks' zeros pays,
@@ -568,6 +569,7 @@ class MADENetwork(keras.layers.Layer):
         seed: int | None = None,
         kernel_initializer="glorot_uniform",
         output_kernel_initializer=None,
+        output_bias_initializer="zeros",
         kernel_regularizer=None,
         kernel_blocks: int | str = "auto",
         kernel_blocks_device: str | None = None,
@@ -590,6 +592,7 @@ class MADENetwork(keras.layers.Layer):
         self.seed = seed
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.output_kernel_initializer = output_kernel_initializer
+        self.output_bias_initializer = keras.initializers.get(output_bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         if kernel_blocks != "auto" and int(kernel_blocks) < 1:
             raise ValueError(f"kernel_blocks must be 'auto' or an int >= 1, got {kernel_blocks!r}.")
@@ -628,6 +631,7 @@ class MADENetwork(keras.layers.Layer):
             D * self.params_per_dim,
             output_mask,
             kernel_initializer=_fresh(keras.initializers.get(output_kernel_initializer)),
+            bias_initializer=_fresh(self.output_bias_initializer),
             kernel_regularizer=self.kernel_regularizer,
             blocks=self._blocks(output_mask),
             dtype=self.dtype_policy,
@@ -785,6 +789,7 @@ class MADENetwork(keras.layers.Layer):
                 if self.output_kernel_initializer is not None
                 else None
             ),
+            output_bias_initializer=keras.initializers.serialize(self.output_bias_initializer),
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
             kernel_blocks=self.kernel_blocks,
             kernel_blocks_device=self.kernel_blocks_device,

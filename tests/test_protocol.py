@@ -1,0 +1,75 @@
+"""The published code's protocol (`keras_models.presets`, `keras_models.initialization`):
+its initialisation and hidden sizes where the paper is silent, kept apart from the paper's."""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+import keras_models as km
+from keras_models import initialization, presets
+
+
+def test_the_published_protocol_changes_mnist_sizes_and_the_initialisation_only():
+    assert presets.model_kwargs("mnist")["hidden_units"] == [1024]
+    published = presets.model_kwargs("mnist", protocol="published")
+    assert published["hidden_units"] == [1024, 1024] and published["initialization"] == "published"
+    # Where the code's sizes are the table's, the options stay.
+    assert presets.hidden_unit_options("power", "published") == presets.HIDDEN_UNIT_OPTIONS["power"]
+    assert "initialization" not in presets.model_kwargs("power")
+    with pytest.raises(ValueError, match=r"protocol must be one of \('paper', 'published'\), got 'authors'"):
+        presets.model_kwargs("mnist", protocol="authors")
+    with pytest.raises(ValueError, match="initialization must be one of"):
+        km.MAF(2, hidden_units=[8], num_layers=1, initialization="lecun")
+
+
+def test_fan_in_normal_draws_randn_over_root_fan_in_plus_one():
+    keras.utils.set_random_seed(0)
+    w = np.asarray(initialization.FanInNormal()((400, 300)))
+    assert w.std() * np.sqrt(401) == pytest.approx(1.0, abs=0.01) and abs(w.mean()) < 0.01
+    same = initialization.FanInNormal.from_config(initialization.FanInNormal(seed=3).get_config())
+    np.testing.assert_array_equal(np.asarray(same((5, 4))), np.asarray(initialization.FanInNormal(seed=3)((5, 4))))
+
+
+def test_published_initialisation_of_the_zoo_models():
+    keras.utils.set_random_seed(0)
+    maf = km.MAF(20, hidden_units=[64], num_layers=2, initialization="published", kernel_blocks=1)
+    default = km.MAF(20, hidden_units=[64], num_layers=2, kernel_blocks=1)
+    # The Gaussian head's output kernel starts random there (zero by default), biases zero.
+    out = maf.mades[0].output_layer
+    kept = out.kernel.numpy()[out.mask > 0]
+    assert kept.std() * np.sqrt(65) == pytest.approx(1.0, abs=0.1)
+    assert not default.mades[0].output_layer.kernel.numpy().any()
+    assert not out.bias.numpy().any()
+    # The mixture head's biases start from N(0, 1).
+    mog = km.MADEMoG(20, hidden_units=[64], num_components=3, initialization="published", kernel_blocks=1)
+    bias = mog.made.output_layer.bias.numpy()
+    assert bias.std() == pytest.approx(1.0, abs=0.15)
+    assert not km.MADEMoG(20, hidden_units=[64], num_components=3).made.output_layer.bias.numpy().any()
+
+
+def test_a_published_protocol_model_saves_and_loads(tmp_path):
+    x = np.random.default_rng(0).normal(size=(50, 3)).astype(np.float32)
+    model = km.MAFMoG(3, hidden_units=[8], num_layers=1, num_components=2, initialization="published")
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras", safe_mode=True)
+    assert loaded.initialization == "published"
+    np.testing.assert_array_equal(loaded.log_prob(x), model.log_prob(x))
+
+
+def test_reproduce_keeps_published_protocol_rows_apart(tmp_path):
+    import tfp_maf_cli as cli
+
+    common = ["reproduce", "--results", str(tmp_path), "--runs", str(tmp_path / "runs"), "--quiet",
+              "--models", "made", "--max-epochs", "1", "--no-figures"]
+    cli.main(common)
+    cli.main([*common, "--protocol", "published"])
+    result = json.loads((tmp_path / "figure1.json").read_text())
+    assert [(r["model"], r["protocol"]) for r in result["rows"]] == [("made", "paper"), ("made", "published")]
+    assert result["rows"][0]["test_log_likelihood"] != result["rows"][1]["test_log_likelihood"]
+    assert "made (published code's protocol)" in (tmp_path / "figure1.md").read_text()
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        "made-option0-seed0", "made-option0-seed0-published"]
