@@ -70,7 +70,7 @@ def set_batch_norm_statistics(model, x, y=None, batch_size: int | None = None) -
     batch_size = batch_size or min(10_000, max(1, BATCH_VALUES // max(1, int(np.prod(x.shape[1:])))))
     starts = range(0, len(x), batch_size)
     # With one batch norm, no rows wait between passes.
-    keep = _Rows(len(x), x.shape[1:], np.dtype(dtype)) if len(norms) > 1 else contextlib.nullcontext()
+    keep = _Rows(len(x), x.shape[1:], tf.as_dtype(dtype).as_numpy_dtype) if len(norms) > 1 else contextlib.nullcontext()
     with keep as mapped:
         done = 0  # the bijectors that the rows in `mapped` went through
         for norm in norms:
@@ -95,9 +95,9 @@ class _Rows:
     operating system holds or writes out as memory allows (the process's own memory
     stays at a batch)."""
 
-    def __init__(self, n: int, shape, dtype: np.dtype):
-        self.shape, self.dtype = tuple(shape), dtype
-        self.row_bytes = int(np.prod(self.shape, dtype=np.int64)) * dtype.itemsize
+    def __init__(self, n: int, shape, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.row_bytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self.array = self.file = None
         if n * self.row_bytes > IN_MEMORY_BYTES:
             self.file = tempfile.TemporaryFile(prefix="tfp_maf_rows_")

@@ -162,7 +162,8 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
         tried, best = [], None
         step = _step_size_override(name, learning_rate)
         for option in ([0] if name == "gaussian" else options):
-            run_dir = runs_dir / f"{name}-option{option}-seed{seed}{_step_suffix(step)}{_protocol_suffix(name, protocol)}"
+            marks = _step_suffix(step) + _protocol_suffix(name, protocol)
+            run_dir = runs_dir / f"{name}-option{option}-seed{seed}{marks}"
             log(f"{stem}: {name}, hidden-size option {option} (run directory {run_dir})")
             model, info = _train_or_resume(splits, name, run_dir, conditional=conditional, size_option=option,
                                            seed=seed, max_minutes=max_minutes, max_epochs=max_epochs,
