@@ -173,7 +173,10 @@ def _fresh(initializer):
     shared by two layers gave the second a scaled copy of the first's draws (correlation
     1.0 on the positions they share). An instance made with ``seed=None`` makes a new
     seed (from Keras' global seed: `keras.utils.set_random_seed` still decides them all);
-    one made with an int seed keeps it, as Keras' own layers do."""
+    one made with an int seed keeps it, as Keras' own layers do. A plain function (any
+    callable Keras accepts) has no seed to renew and is used as it is."""
+    if not isinstance(initializer, keras.initializers.Initializer):
+        return initializer
     return initializer.__class__.from_config(initializer.get_config())
 
 
