@@ -270,6 +270,11 @@ def _decide_xla(model, train_ds, patience: int) -> None:
     steps = int(train_ds.cardinality()) if isinstance(train_ds, tf.data.Dataset) else -1
     if 0 < steps and steps * (patience + 1) < XLA_BREAK_EVEN_STEPS:
         model.jit_compile = False
+        if _XLA_AUTO[model]:
+            # Keras' multi-step loop (a while loop and a cond around the step) adds about
+            # 0.7 s to the first trace (MAF (5) of 2 x 128, 2 cores) and saves a few
+            # milliseconds per call: a run this short is quicker one step per call.
+            model.steps_per_execution = 1
 
 
 def _scalar(value) -> float:
@@ -298,12 +303,13 @@ def write_atomically(path: Path, text: str) -> None:
 #: later step about 3 ms less, so it pays after roughly 2,500 steps.
 XLA_BREAK_EVEN_STEPS = 2_500
 
-# Models compiled with jit_compile="auto": `fit_as_paper` decides for them.
-_XLA_AUTO: weakref.WeakSet = weakref.WeakSet()
+# Models compiled with jit_compile="auto": `fit_as_paper` decides for them. The value
+# says whether steps_per_execution was left to it as well.
+_XLA_AUTO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile="auto",
-                     steps_per_execution: int = 10, learning_rate: float | None = None) -> DensityModel:
+                     steps_per_execution: int | None = None, learning_rate: float | None = None) -> DensityModel:
     """Adam with the paper's step size for this model (1e-3 MADE / MADE MoG, 1e-4 flows),
     or ``learning_rate`` if given.
 
@@ -315,8 +321,9 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
     `XLA_BREAK_EVEN_STEPS` (a small dataset: 1,200 rows of batch 100 take 12 steps an
     epoch). ``True`` or ``False`` decides for every run.
 
-    ``steps_per_execution`` steps run per call into the compiled loop, and Keras 3
-    only runs whole calls: the model then refuses a ``steps_per_epoch``,
+    ``steps_per_execution`` steps run per call into the compiled loop (default 10, and 1
+    where `fit_as_paper` turns XLA off: a run that short is quicker without the loop's
+    trace), and Keras 3 only runs whole calls: the model then refuses a ``steps_per_epoch``,
     ``validation_steps`` or ``steps`` that is not a multiple of it (Keras would
     silently run more). Pass ``steps_per_execution=1`` for any count.
 
@@ -332,7 +339,8 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
         ``1e-4``.
       jit_compile: compile the steps with XLA (Keras' ``jit_compile``), or
         ``"auto"``: with XLA unless `fit_as_paper` finds the run too short for it.
-      steps_per_execution: training steps per call into the compiled loop.
+      steps_per_execution: training steps per call into the compiled loop; None: 10,
+        or 1 where ``"auto"`` turns XLA off.
       learning_rate: Adam's step size, overriding the paper's.
 
     Returns:
@@ -348,13 +356,15 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
     >>> round(float(model.optimizer.learning_rate), 6)
     0.0001
     """
+    auto_steps = steps_per_execution is None
+    steps_per_execution = 10 if auto_steps else steps_per_execution
     if tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1:
         jit_compile, steps_per_execution = False, 1
     if jit_compile == "auto":  # Keras' own "auto" means XLA wherever it is supported
-        _XLA_AUTO.add(model)
+        _XLA_AUTO[model] = auto_steps
         jit_compile = True
     else:
-        _XLA_AUTO.discard(model)
+        _XLA_AUTO.pop(model, None)
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate or LEARNING_RATES.get(model_name, 1e-4)),
         jit_compile=jit_compile,
