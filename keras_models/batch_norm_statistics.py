@@ -62,13 +62,16 @@ def set_batch_norm_statistics(model, x, y=None, batch_size: int | None = None) -
         return
     x = np.asarray(x)
     dtype = model.compute_dtype
+    batch_size = batch_size or min(10_000, max(1, BATCH_VALUES // max(1, int(np.prod(x.shape[1:])))))
+    starts = range(0, len(x), batch_size)
+    if len(starts) == 1:  # a small training set: every batch norm in one call
+        _set_in_one_call(model, layers, x, y, dtype)
+        return
     dist = model.distribution(None if y is None else y[:1])
     bijectors = list(dist.bijector.bijectors)  # data side first
     norms = [i for i, b in enumerate(bijectors) if isinstance(b, ExpGammaBatchNorm)]
     # Nothing past the last batch norm needs the training data mapped through it.
     step, moments = _inverse_step(model, norms[-1]), _batch_moments(model)
-    batch_size = batch_size or min(10_000, max(1, BATCH_VALUES // max(1, int(np.prod(x.shape[1:])))))
-    starts = range(0, len(x), batch_size)
     # With one batch norm, no rows wait between passes.
     keep = _Rows(len(x), x.shape[1:], tf.as_dtype(dtype).as_numpy_dtype) if len(norms) > 1 else contextlib.nullcontext()
     with keep as mapped:
@@ -168,6 +171,54 @@ def _inverse_step(model, last: int):
 
     # y, when given, is always [N, K]: one function whatever it is.
     return model._traced(f"inverse step to {last}", None, step)
+
+
+def _set_in_one_call(model, layers: dict, x, y, dtype) -> None:
+    """The pass of `set_batch_norm_statistics` for a training set of one batch: one call
+    of one traced function maps the rows and sets each batch norm before the rows go
+    through it (the same figures, bitwise; one call instead of a dozen, whose overhead
+    was most of the pass on small data). The statistics are then checked as
+    `BatchNormState.set_statistics` checks them; on a failure the old ones come back."""
+    before = {name: (layer.mean.numpy(), layer.variance.numpy()) for name, layer in layers.items()}
+    y = None if y is None else tf.cast(y, dtype)
+    statistics = _one_call_pass(model, layers)(tf.cast(x, dtype), y)
+    try:
+        for name, (mean, variance) in statistics.items():
+            layers[name]._checked_statistics(mean.numpy(), variance.numpy())
+    except ValueError:
+        for name, (mean, variance) in before.items():
+            layers[name].mean.assign(mean)
+            layers[name].variance.assign(variance)
+        raise
+
+
+def _one_call_pass(model, layers: dict):
+    """``run(x, y)``: sets every batch norm's statistics from ``x`` in order and returns
+    them by layer name (float64 means and variances), as one cached graph function. The
+    variables are assigned in the graph: the bijectors after read them when they run,
+    after the assignment (TensorFlow orders a resource's reads and writes as written)."""
+
+    def run(rows, yy):
+        dist = model.distribution(None if yy is None else yy[:1])
+        statistics = {}
+        with kernels_as_stored():  # no gradient: no kernel * mask products
+            for bijector in dist.bijector.bijectors:
+                if isinstance(bijector, ExpGammaBatchNorm):
+                    rows64 = tf.cast(rows, tf.float64)
+                    mean = tf.reduce_mean(rows64, axis=0)
+                    # The biased variance, as `_Moments` gives it for one batch.
+                    m2 = tf.reduce_sum(tf.math.squared_difference(rows64, mean), axis=0)
+                    variance = m2 / tf.cast(tf.shape(rows64)[0], tf.float64)
+                    layer = layers[bijector.name]
+                    layer.mean.assign(tf.cast(mean, layer.mean.dtype))
+                    layer.variance.assign(tf.cast(variance, layer.variance.dtype))
+                    statistics[bijector.name] = (mean, variance)
+                    if len(statistics) == len(layers):
+                        break  # nothing past the last batch norm needs the rows
+                rows = bijector.inverse(rows, **flow_kwargs(bijector, conditional_input=yy))
+        return statistics
+
+    return model._traced("batch-norm statistics in one call", None, run)
 
 
 def _batch_moments(model):

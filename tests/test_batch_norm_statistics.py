@@ -40,14 +40,16 @@ def _trained(conditional):
 
 
 @pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
-@pytest.mark.parametrize("in_memory", [True, False], ids=["rows-in-memory", "rows-in-a-file"])
-def test_streamed_statistics_equal_the_whole_set_at_once(conditional, in_memory, monkeypatch):
+@pytest.mark.parametrize(("in_memory", "batch_size"), [(True, 100), (False, 100), (True, None)],
+                         ids=["rows-in-memory", "rows-in-a-file", "one-call"])
+def test_streamed_statistics_equal_the_whole_set_at_once(conditional, in_memory, batch_size, monkeypatch):
     if not in_memory:
         monkeypatch.setattr(bns, "IN_MEMORY_BYTES", 0)  # the path of training sets above it
     model, x, y = _trained(conditional)
     reference = _reference(model, x, y)
-    # A batch that does not divide the 523 rows: the last one is short.
-    model.set_batch_norm_statistics(x, y, batch_size=100)
+    # 100: a batch that does not divide the 523 rows, the last one is short. None: the
+    # default batch holds every row, and one traced call sets every batch norm.
+    model.set_batch_norm_statistics(x, y, batch_size=batch_size)
     layers = bns.batch_norm_layers(model)
     assert len(layers) == len(reference) == 3
     for layer, (mean, variance) in zip(layers, reference, strict=True):
@@ -65,6 +67,19 @@ def test_the_batch_size_does_not_change_the_statistics():
         for (m0, v0), (m, v) in zip(figures[0], other, strict=True):
             np.testing.assert_allclose(m, m0, rtol=1e-6, atol=1e-6)
             np.testing.assert_allclose(v, v0, rtol=1e-5)
+
+
+def test_a_failed_one_call_pass_keeps_the_statistics_set_before():
+    model, x, _ = _trained(False)
+    model.set_batch_norm_statistics(x)
+    before = [(l.mean.numpy(), l.variance.numpy()) for l in bns.batch_norm_layers(model)]
+    bad = x.copy()
+    bad[0, 1] = np.inf
+    with pytest.raises(ValueError, match="batch_norm_0: the mean has non-finite values"):
+        model.set_batch_norm_statistics(bad)
+    for layer, (mean, variance) in zip(bns.batch_norm_layers(model), before, strict=True):
+        np.testing.assert_array_equal(layer.mean.numpy(), mean)
+        np.testing.assert_array_equal(layer.variance.numpy(), variance)
 
 
 def test_moments_combine_stably_far_from_zero():

@@ -104,6 +104,13 @@ class BatchNormState(keras.layers.Layer):
           ValueError: if either is not of shape ``[D]`` or has non-finite values,
             or a variance is negative.
         """
+        mean, variance = self._checked_statistics(mean, variance)
+        self.mean.assign(mean)
+        self.variance.assign(variance)
+
+    def _checked_statistics(self, mean, variance):
+        """``(mean, variance)`` as arrays of the variables' dtype, or the ValueError
+        `set_statistics` documents."""
         mean = np.asarray(mean, dtype=self.variable_dtype)
         variance = np.asarray(variance, dtype=self.variable_dtype)
         for what, value in (("mean", mean), ("variance", variance)):
@@ -116,8 +123,7 @@ class BatchNormState(keras.layers.Layer):
                 raise ValueError(f"{self.name}: the {what} has non-finite values: {value}.")
         if np.any(variance < 0):
             raise ValueError(f"{self.name}: variances must be >= 0, got {variance}.")
-        self.mean.assign(mean)
-        self.variance.assign(variance)
+        return mean, variance
 
     def call(self, x, training=False):
         x = tf.convert_to_tensor(x, dtype=self.compute_dtype)
