@@ -75,8 +75,8 @@ def model_kwargs(dataset: str, option: int = 0, protocol: str = "paper") -> dict
 
     Returns:
       ``{"hidden_units": [...], "activation": ..., "hidden_degrees": ...}`` (and
-      ``"initialization": "published"`` under that protocol), to pass to a zoo
-      model or `keras_models.build`.
+      ``"initialization": "published"``, ``"conditional_input_layers": "first_layer"``
+      under that protocol), to pass to a zoo model or `keras_models.build`.
 
     Raises:
       ValueError: for an unknown dataset or protocol, or an option out of range.
@@ -90,5 +90,5 @@ def model_kwargs(dataset: str, option: int = 0, protocol: str = "paper") -> dict
         "hidden_degrees": "random" if dataset in _RANDOM_DEGREES else "sequential",
     }
     if protocol == "published":
-        kwargs["initialization"] = "published"
+        kwargs.update(initialization="published", conditional_input_layers="first_layer")
     return kwargs

@@ -45,6 +45,7 @@ import tfp_maf
 from keras_models import _kernel_layout
 from keras_models.density_model import DensityModel
 from keras_models.initialization import made_initializers
+from tfp_maf.layers.made import CONDITIONAL_INPUT_LAYERS
 from tfp_maf._devices import check_device_kind
 from tfp_maf.bijectors._cache import GraphLocalChain
 
@@ -197,6 +198,10 @@ class _FlowModel(DensityModel):
     paper's published code; `keras_models.initialization`). Real NVP's networks start
     as by default either way.
 
+    ``conditional_input_layers``: which hidden layers of each MADE the side information
+    feeds, ``"all_layers"`` (the default) or ``"first_layer"`` (the published code's
+    wiring; `tfp_maf.MADENetwork`). Real NVP's networks take it at their input either way.
+
     ``kernel_blocks``, ``kernel_blocks_device``: the MADEs' storage
     (`tfp_maf.MADENetwork`): ``"auto"`` stores large kernels in degree blocks on a CPU
     and dense on a GPU, 1 all dense; the densities are the same. A saved model loads
@@ -220,11 +225,16 @@ class _FlowModel(DensityModel):
         kernel_blocks: int | str = "auto",
         kernel_blocks_device: str | None = None,
         initialization: str = "default",
+        conditional_input_layers: str = "all_layers",
         **kwargs,
     ):
         super().__init__(event_size, conditional_dims, **kwargs)
         made_initializers(initialization)  # refuses an unknown one before anything is built
         self.initialization = initialization
+        if conditional_input_layers not in CONDITIONAL_INPUT_LAYERS:
+            raise ValueError(f"conditional_input_layers must be one of "
+                             f"{CONDITIONAL_INPUT_LAYERS}, got {conditional_input_layers!r}.")
+        self.conditional_input_layers = conditional_input_layers
         self.kernel_blocks = kernel_blocks
         self.kernel_blocks_device = check_device_kind(kernel_blocks_device)
         self.hidden_units = [int(h) for h in hidden_units]
@@ -241,6 +251,7 @@ class _FlowModel(DensityModel):
             self.event_size, self.hidden_units, num_components=num_components,
             activation=self.activation, order=order, conditional_dims=self.conditional_dims,
             hidden_degrees=self.hidden_degrees, seed=seed, kernel_regularizer=_regularizer(self.l2),
+            conditional_input_layers=self.conditional_input_layers,
             kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
             dtype=self.dtype_policy, name=name, **made_initializers(self.initialization, num_components),
         )
@@ -273,6 +284,7 @@ class _FlowModel(DensityModel):
             hidden_degrees=self.hidden_degrees,
             kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
             initialization=self.initialization,
+            conditional_input_layers=self.conditional_input_layers,
         )
         return config
 

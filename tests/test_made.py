@@ -83,6 +83,33 @@ def test_conditional_without_hidden_layers_feeds_the_output():
     assert not np.allclose(a, b)
 
 
+def test_y_feeds_the_first_hidden_layer_only_when_asked():
+    """``conditional_input_layers="first_layer"``: one y kernel, into the first hidden
+    layer; the later layers see y only through it (the published code's wiring)."""
+    made = MADENetwork(4, [8, 8], conditional_dims=2, conditional_input_layers="first_layer", seed=0)
+    assert [v.shape for v in made.conditional_kernels] == [(2, 8)]
+    every = MADENetwork(4, [8, 8], conditional_dims=2, seed=0)
+    assert [v.shape for v in every.conditional_kernels] == [(2, 8), (2, 8)]
+    randomize_weights(made, 1)
+    x = tf.random.normal([5, 4], seed=1)
+    terms = made.conditional_terms(tf.constant([[1.0, 0.0]] * 5))
+    assert terms[0].shape == (5, 8) and terms[1] is None
+    a = made(x, conditional_input=tf.constant([1.0, 0.0]))
+    b = made(x, conditional_input=tf.constant([0.0, 1.0]))
+    assert not np.allclose(a[0], b[0])
+    # The first hidden layer's pre-activations are x's and y's terms summed, as in a
+    # network that takes [x, y] with y's mask all ones.
+    hidden = made.hidden_layers[0]
+    h = tf.nn.relu(tf.matmul(x, hidden.masked_kernel()) + hidden.bias + tf.matmul(tf.ones([5, 2]), made.conditional_kernels[0]))
+    h = tf.nn.relu(tf.matmul(h, made.hidden_layers[1].masked_kernel()) + made.hidden_layers[1].bias)
+    out = tf.matmul(h, made.output_layer.masked_kernel()) + made.output_layer.bias
+    shift, log_scale = made(x, conditional_input=tf.ones([5, 2]))
+    np.testing.assert_allclose(tf.reshape(out, [5, 4, 2])[..., 0], shift, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tf.reshape(out, [5, 4, 2])[..., 1], log_scale, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"conditional_input_layers must be one of \('all_layers', 'first_layer'\)"):
+        MADENetwork(4, [8], conditional_dims=2, conditional_input_layers="first")
+
+
 def test_bad_inputs_raise():
     made = MADENetwork(3, [8], conditional_dims=2)
     with pytest.raises(ValueError, match=r"3 variables.*got shape \[4, 5\]"):
@@ -99,7 +126,7 @@ def test_config_round_trip_rebuilds_the_same_network():
     made = MADENetwork(
         4, [6, 5], num_components=2, activation="tanh", order=[3, 1, 0, 2],
         hidden_degrees="random", conditional_dims=3, seed=7,
-        kernel_regularizer=keras.regularizers.L2(1e-6),
+        kernel_regularizer=keras.regularizers.L2(1e-6), conditional_input_layers="first_layer",
     )
     config = json.loads(json.dumps(made.get_config()))
     clone = MADENetwork.from_config(config)
@@ -111,6 +138,7 @@ def test_config_round_trip_rebuilds_the_same_network():
         np.testing.assert_array_equal(m, c)
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(made))
     assert isinstance(restored, MADENetwork) and restored.num_components == 2
+    assert restored.conditional_input_layers == "first_layer" and len(restored.conditional_kernels) == 1
 
 
 def test_regularizer_adds_losses_for_every_kernel():

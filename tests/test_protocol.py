@@ -13,10 +13,11 @@ import keras_models as km
 from keras_models import initialization, presets
 
 
-def test_the_published_protocol_changes_mnist_sizes_and_the_initialisation_only():
+def test_the_published_protocol_changes_mnist_sizes_the_initialisation_and_the_label_wiring_only():
     assert presets.model_kwargs("mnist")["hidden_units"] == [1024]
     published = presets.model_kwargs("mnist", protocol="published")
     assert published["hidden_units"] == [1024, 1024] and published["initialization"] == "published"
+    assert published["conditional_input_layers"] == "first_layer"  # y into the first hidden layer
     # Where the code's sizes are the table's, the options stay.
     assert presets.hidden_unit_options("power", "published") == presets.HIDDEN_UNIT_OPTIONS["power"]
     assert "initialization" not in presets.model_kwargs("power")
@@ -73,3 +74,15 @@ def test_reproduce_keeps_published_protocol_rows_apart(tmp_path):
     assert "made (published code's protocol)" in (tmp_path / "figure1.md").read_text()
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
         "made-option0-seed0", "made-option0-seed0-published"]
+
+
+def test_a_zoo_model_saves_where_its_label_feeds():
+    kwargs = presets.model_kwargs("mnist", protocol="published")
+    kwargs["hidden_units"] = [8, 8]  # the wiring, at a test's size
+    model = km.MAF(4, num_layers=2, conditional_dims=3, **kwargs)
+    assert [len(made.conditional_kernels) for made in model.mades] == [1, 1]
+    restored = km.MAF.from_config(model.get_config())
+    assert restored.conditional_input_layers == "first_layer"
+    assert [len(made.conditional_kernels) for made in restored.mades] == [1, 1]
+    with pytest.raises(ValueError, match="conditional_input_layers must be one of"):
+        km.MADE(4, conditional_dims=3, conditional_input_layers="every")

@@ -74,6 +74,23 @@ def _maf_forward_equals_the_plain_loop(config, mode, **tuning):
     np.testing.assert_allclose(b.inverse(x1, **kw), u, atol=1e-4)
 
 
+@pytest.mark.parametrize("config", [CONFIGS[1], CONFIGS[3]], ids=lambda c: f"D{c[0]}-{c[1]}-K{c[2]}-{c[4]}")
+def test_y_into_the_first_hidden_layer_only_samples_as_the_plain_loop(config):
+    # The published code's wiring: one y kernel, no y term in the later layers.
+    D, hidden, K, order, degrees = config
+    first = MADENetwork(D, hidden, conditional_dims=K, order=order, hidden_degrees=degrees, seed=3,
+                        conditional_input_layers="first_layer")
+    randomize_weights(first, seed=1, scale=0.3 / np.sqrt(max(hidden + [D])))
+    assert len(first.conditional_kernels) == 1
+    b = MaskedAutoregressive(first)
+    u = tf.random.stateless_normal([32, D], seed=[1, 2])
+    y = _y(config, 32)
+    (x1, a1), (x2, a2) = b._mask_aware_forward(u, y), b._plain_forward(u, y)
+    np.testing.assert_allclose(x1, x2, atol=1e-4)
+    np.testing.assert_allclose(a1, a2, atol=1e-4)
+    np.testing.assert_allclose(b.inverse(x1, conditional_input=y), u, atol=1e-4)
+
+
 # Two parts that share the batch evenly; three (with padding) for the conditional MADEs,
 # with and without hidden layers and with random degrees.
 @pytest.mark.parametrize("config, parts", [(CONFIGS[0], 2)] + [(c, 3) for c in CONFIGS[1:4]],

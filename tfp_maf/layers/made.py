@@ -51,6 +51,9 @@ __all__ = [
     "masked_gradient",
 ]
 
+#: Where `MADENetwork` feeds the side information ``y`` (TFP's names for the choice).
+CONDITIONAL_INPUT_LAYERS = ("all_layers", "first_layer")
+
 _AS_STORED = contextvars.ContextVar("tfp_maf_kernels_as_stored", default=False)
 
 
@@ -491,6 +494,12 @@ class MADENetwork(keras.layers.Layer):
       hidden_degrees: ``"sequential"`` (the paper) or ``"random"``
         (Germain et al.; the paper's CIFAR-10 setting).
       conditional_dims: width ``K`` of the side information ``y``, or ``None``.
+      conditional_input_layers: which layers ``y`` feeds (through weights of its own,
+        unmasked: ``y`` precedes every ``x_i`` in the order): ``"all_layers"`` (the
+        default: every hidden layer) or ``"first_layer"`` (the first hidden layer
+        only, as the paper's published code wires it); TFP's
+        ``AutoregressiveNetwork`` names the same choice so. Without hidden layers
+        ``y`` feeds the output either way.
       seed: seed of the random order and random degrees.
       kernel_initializer: initializer of the hidden kernels.
       output_kernel_initializer: initializer of the output kernel. The default
@@ -569,6 +578,7 @@ class MADENetwork(keras.layers.Layer):
         order: str | Sequence[int] = "left-to-right",
         hidden_degrees: str = "sequential",
         conditional_dims: int | None = None,
+        conditional_input_layers: str = "all_layers",
         seed: int | None = None,
         kernel_initializer="glorot_uniform",
         output_kernel_initializer=None,
@@ -592,6 +602,10 @@ class MADENetwork(keras.layers.Layer):
         self.order = order if isinstance(order, str) else [int(i) for i in order]
         self.hidden_degrees = hidden_degrees
         self.conditional_dims = None if conditional_dims is None else int(conditional_dims)
+        if conditional_input_layers not in CONDITIONAL_INPUT_LAYERS:
+            raise ValueError(f"conditional_input_layers must be one of {CONDITIONAL_INPUT_LAYERS}, "
+                             f"got {conditional_input_layers!r}.")
+        self.conditional_input_layers = conditional_input_layers
         self.seed = seed
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.output_kernel_initializer = output_kernel_initializer
@@ -640,11 +654,13 @@ class MADENetwork(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="output",
         )
-        # y feeds every hidden layer (the output layer when there is none),
-        # unmasked: y precedes every x_i in the order.
+        # y feeds every hidden layer, or the first (the output layer when there is
+        # none), unmasked: y precedes every x_i in the order.
         self.conditional_kernels = []
         if self.conditional_dims is not None:
             widths = self.hidden_units or [D * self.params_per_dim]
+            if self.conditional_input_layers == "first_layer":
+                widths = widths[:1]
             self.conditional_kernels = [
                 self.add_weight(
                     name=f"conditional_kernel_{i}",
@@ -741,12 +757,15 @@ class MADENetwork(keras.layers.Layer):
 
     def conditional_terms(self, y):
         """``y @ V_l`` for every layer that y feeds, its units in the order the layer
-        gives them (`MaskedDense.output_order`); computed once per ``y``."""
+        gives them (`MaskedDense.output_order`), and None for a hidden layer it does not
+        feed; computed once per ``y``."""
+        layers = max(len(self.hidden_units), 1)
         if y is None:
-            return [None] * max(len(self.hidden_units), 1)
-        fed = self.hidden_layers or [self.output_layer]
-        return [tf.matmul(y, reorder(tf.cast(v, y.dtype), None, layer.output_order))
-                for v, layer in zip(self.conditional_kernels, fed, strict=True)]
+            return [None] * layers
+        fed = (self.hidden_layers or [self.output_layer])[:len(self.conditional_kernels)]
+        terms = [tf.matmul(y, reorder(tf.cast(v, y.dtype), None, layer.output_order))
+                 for v, layer in zip(self.conditional_kernels, fed, strict=True)]
+        return terms + [None] * (layers - len(terms))  # layers that y does not feed
 
     def flat_params(self, x2d, y_terms):
         """Raw outputs ``[N, D * P]`` from flat inputs ``[N, D]``.
@@ -785,6 +804,7 @@ class MADENetwork(keras.layers.Layer):
             order=self.order,
             hidden_degrees=self.hidden_degrees,
             conditional_dims=self.conditional_dims,
+            conditional_input_layers=self.conditional_input_layers,
             seed=self.seed,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             output_kernel_initializer=(

@@ -40,18 +40,20 @@ def lay_out(structure: Structure, layout: BlockLayout, weights: dict, dtype) -> 
     out_kernel, out_bias = weights["output"]
     out["out_w"] = sorted_padded(out_kernel, prev_order, layout.out_cols, n_out, rows[L])
     out["out_b"] = tf.transpose(sorted_cols(out_bias[None], layout.out_cols, n_out))
-    # y feeds every hidden layer (the outputs when there is none). An unconditional
-    # MADE has no y kernels: the zip is then empty, not a mismatch.
+    # y feeds every hidden layer or the first (the outputs when there is none), one
+    # kernel each from the first; an unconditional MADE has none.
     y_orders = list(zip(plan.unit_order, rows[1:], strict=True)) or [(layout.out_cols, n_out)]
     y_kernels = weights["conditional"]
-    out["conditional"] = [sorted_cols(v, o, r) for v, (o, r) in zip(y_kernels, y_orders, strict=bool(y_kernels))]
+    out["conditional"] = [sorted_cols(v, o, r) for v, (o, r) in zip(y_kernels, y_orders[:len(y_kernels)], strict=True)]
     return out
 
 
 def conditional_terms(prepared: dict, conditional_input, dtype, num_layers: int) -> list:
-    """``(y @ V_l)^T`` in the loop's layout, one per layer y feeds (as
-    `tfp_maf.layers.MADENetwork.conditional_terms`, transposed); Nones without y."""
+    """``(y @ V_l)^T`` in the loop's layout for each layer y feeds, None for the others
+    (as `tfp_maf.layers.MADENetwork.conditional_terms`, transposed); Nones without y."""
+    layers = max(num_layers, 1)
     if conditional_input is None:
-        return [None] * max(num_layers, 1)
+        return [None] * layers
     y = tf.cast(conditional_input, dtype)
-    return [tf.matmul(v, y, transpose_a=True, transpose_b=True) for v in prepared["conditional"]]
+    terms = [tf.matmul(v, y, transpose_a=True, transpose_b=True) for v in prepared["conditional"]]
+    return terms + [None] * (layers - len(terms))
