@@ -53,7 +53,8 @@ DATASET_NAMES = ("bsds300", "cifar10", "figure1", "gas", "hepmass", "miniboone",
 # keras_models.presets.PROTOCOLS, written out: parsing the command line imports no TensorFlow.
 PROTOCOLS = ("paper", "published")
 PROTOCOL_HELP = ("paper (default): the paper's text and table of options; published: the authors' published "
-                 "code where the paper is silent (its initialisation, and MNIST at 2 x 1,024)")
+                 "code where the paper is silent (its initialisation, MNIST at 2 x 1,024, the label into "
+                 "the first hidden layer only)")
 
 
 #: Arguments of ``train`` added in later versions, with the behaviour that runs made before had.

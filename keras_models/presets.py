@@ -14,8 +14,9 @@ Example:
 
 Two protocols: ``"paper"`` follows the paper's text and table of options;
 ``"published"`` follows the authors' published code where the paper is silent: its
-initialisation (`keras_models.initialization`) and its hidden sizes where they differ
-from the table (MNIST: two layers of 1,024 for every model).
+initialisation (`keras_models.initialization`), its hidden sizes where they differ
+from the table (MNIST: two layers of 1,024 for every model), and its wiring of the side
+information (into each MADE's first hidden layer only).
 
 >>> model_kwargs("mnist", protocol="published")["hidden_units"]
 [1024, 1024]
