@@ -195,8 +195,9 @@ def _set_in_one_call(model, layers: dict, x, y, dtype) -> None:
 def _one_call_pass(model, layers: dict):
     """``run(x, y)``: sets every batch norm's statistics from ``x`` in order and returns
     them by layer name (float64 means and variances), as one cached graph function. The
-    variables are assigned in the graph: the bijectors after read them when they run,
-    after the assignment (TensorFlow orders a resource's reads and writes as written)."""
+    variables are assigned in the graph, and a batch norm's bijector reads them when it
+    runs, after the assignment (TensorFlow orders a resource's reads and writes as
+    written)."""
 
     def run(rows, yy):
         dist = model.distribution(None if yy is None else yy[:1])

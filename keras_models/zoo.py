@@ -45,9 +45,9 @@ import tfp_maf
 from keras_models import _kernel_layout
 from keras_models.density_model import DensityModel
 from keras_models.initialization import made_initializers
-from tfp_maf.layers.made import CONDITIONAL_INPUT_LAYERS
 from tfp_maf._devices import check_device_kind
 from tfp_maf.bijectors._cache import GraphLocalChain
+from tfp_maf.layers.made import CONDITIONAL_INPUT_LAYERS
 
 tfd = tfp.distributions
 

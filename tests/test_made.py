@@ -99,10 +99,11 @@ def test_y_feeds_the_first_hidden_layer_only_when_asked():
     assert not np.allclose(a[0], b[0])
     # The first hidden layer's pre-activations are x's and y's terms summed, as in a
     # network that takes [x, y] with y's mask all ones.
-    hidden = made.hidden_layers[0]
-    h = tf.nn.relu(tf.matmul(x, hidden.masked_kernel()) + hidden.bias + tf.matmul(tf.ones([5, 2]), made.conditional_kernels[0]))
-    h = tf.nn.relu(tf.matmul(h, made.hidden_layers[1].masked_kernel()) + made.hidden_layers[1].bias)
-    out = tf.matmul(h, made.output_layer.masked_kernel()) + made.output_layer.bias
+    first, second, output = *made.hidden_layers, made.output_layer
+    y_term = tf.matmul(tf.ones([5, 2]), made.conditional_kernels[0])
+    h = tf.nn.relu(tf.matmul(x, first.masked_kernel()) + first.bias + y_term)
+    h = tf.nn.relu(tf.matmul(h, second.masked_kernel()) + second.bias)
+    out = tf.matmul(h, output.masked_kernel()) + output.bias
     shift, log_scale = made(x, conditional_input=tf.ones([5, 2]))
     np.testing.assert_allclose(tf.reshape(out, [5, 4, 2])[..., 0], shift, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(tf.reshape(out, [5, 4, 2])[..., 1], log_scale, rtol=1e-5, atol=1e-6)
