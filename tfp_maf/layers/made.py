@@ -497,9 +497,8 @@ class MADENetwork(keras.layers.Layer):
       conditional_input_layers: which layers ``y`` feeds (through weights of its own,
         unmasked: ``y`` precedes every ``x_i`` in the order): ``"all_layers"`` (the
         default: every hidden layer) or ``"first_layer"`` (the first hidden layer
-        only, as the paper's published code wires it); TFP's
-        ``AutoregressiveNetwork`` names the same choice so. Without hidden layers
-        ``y`` feeds the output either way.
+        only, as the paper's published code wires it); the names are those of TFP's
+        Keras 2 MADE layer. Without hidden layers ``y`` feeds the output either way.
       seed: seed of the random order and random degrees.
       kernel_initializer: initializer of the hidden kernels.
       output_kernel_initializer: initializer of the output kernel. The default
