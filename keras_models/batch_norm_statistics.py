@@ -205,11 +205,9 @@ def _one_call_pass(model, layers: dict):
         with kernels_as_stored():  # no gradient: no kernel * mask products
             for bijector in dist.bijector.bijectors:
                 if isinstance(bijector, ExpGammaBatchNorm):
-                    rows64 = tf.cast(rows, tf.float64)
-                    mean = tf.reduce_mean(rows64, axis=0)
+                    mean, m2 = _moments(rows)
                     # The biased variance, as `_Moments` gives it for one batch.
-                    m2 = tf.reduce_sum(tf.math.squared_difference(rows64, mean), axis=0)
-                    variance = m2 / tf.cast(tf.shape(rows64)[0], tf.float64)
+                    variance = m2 / tf.cast(tf.shape(rows)[0], tf.float64)
                     layer = layers[bijector.name]
                     layer.mean.assign(tf.cast(mean, layer.mean.dtype))
                     layer.variance.assign(tf.cast(variance, layer.variance.dtype))
@@ -222,16 +220,16 @@ def _one_call_pass(model, layers: dict):
     return model._traced("batch-norm statistics in one call", None, run)
 
 
+def _moments(rows):
+    """The mean and the sum of squared deviations of ``rows``' columns, in float64."""
+    rows = tf.cast(rows, tf.float64)
+    mean = tf.reduce_mean(rows, axis=0)
+    return mean, tf.reduce_sum(tf.math.squared_difference(rows, mean), axis=0)
+
+
 def _batch_moments(model):
-    """``moments(rows)``: the mean and the sum of squared deviations of a batch's
-    columns, in float64, as one cached graph function."""
-
-    def moments(rows):
-        rows = tf.cast(rows, tf.float64)
-        mean = tf.reduce_mean(rows, axis=0)
-        return mean, tf.reduce_sum(tf.math.squared_difference(rows, mean), axis=0)
-
-    return model._traced("batch moments", None, moments)
+    """`_moments` as one cached graph function of ``model``."""
+    return model._traced("batch moments", None, _moments)
 
 
 class BatchNormStatistics(keras.callbacks.Callback):

@@ -47,7 +47,7 @@ from keras_models.density_model import DensityModel
 from keras_models.initialization import made_initializers
 from tfp_maf._devices import check_device_kind
 from tfp_maf.bijectors._cache import GraphLocalChain
-from tfp_maf.layers.made import CONDITIONAL_INPUT_LAYERS
+from tfp_maf.layers.made import check_conditional_input_layers
 
 tfd = tfp.distributions
 
@@ -231,10 +231,8 @@ class _FlowModel(DensityModel):
         super().__init__(event_size, conditional_dims, **kwargs)
         made_initializers(initialization)  # refuses an unknown one before anything is built
         self.initialization = initialization
-        if conditional_input_layers not in CONDITIONAL_INPUT_LAYERS:
-            raise ValueError(f"conditional_input_layers must be one of "
-                             f"{CONDITIONAL_INPUT_LAYERS}, got {conditional_input_layers!r}.")
-        self.conditional_input_layers = conditional_input_layers
+        # Checked here too: Real NVP builds no MADE that would refuse a wrong one.
+        self.conditional_input_layers = check_conditional_input_layers(conditional_input_layers)
         self.kernel_blocks = kernel_blocks
         self.kernel_blocks_device = check_device_kind(kernel_blocks_device)
         self.hidden_units = [int(h) for h in hidden_units]

@@ -54,6 +54,13 @@ __all__ = [
 #: Where `MADENetwork` feeds the side information ``y`` (TFP's names for the choice).
 CONDITIONAL_INPUT_LAYERS = ("all_layers", "first_layer")
 
+def check_conditional_input_layers(value: str) -> str:
+    """``value`` if it is one of `CONDITIONAL_INPUT_LAYERS`, else a ValueError naming them."""
+    if value not in CONDITIONAL_INPUT_LAYERS:
+        raise ValueError(f"conditional_input_layers must be one of {CONDITIONAL_INPUT_LAYERS}, got {value!r}.")
+    return value
+
+
 _AS_STORED = contextvars.ContextVar("tfp_maf_kernels_as_stored", default=False)
 
 
@@ -601,10 +608,7 @@ class MADENetwork(keras.layers.Layer):
         self.order = order if isinstance(order, str) else [int(i) for i in order]
         self.hidden_degrees = hidden_degrees
         self.conditional_dims = None if conditional_dims is None else int(conditional_dims)
-        if conditional_input_layers not in CONDITIONAL_INPUT_LAYERS:
-            raise ValueError(f"conditional_input_layers must be one of {CONDITIONAL_INPUT_LAYERS}, "
-                             f"got {conditional_input_layers!r}.")
-        self.conditional_input_layers = conditional_input_layers
+        self.conditional_input_layers = check_conditional_input_layers(conditional_input_layers)
         self.seed = seed
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.output_kernel_initializer = output_kernel_initializer
