@@ -16,6 +16,7 @@ from tfp_maf import (  # noqa: E402
     ExpGammaBatchNorm,
     MADENetwork,
     MaskedAutoregressive,
+    MaskedRationalQuadraticSpline,
     coupling_partition,
 )
 from tfp_maf.testing import randomize_weights  # noqa: E402
@@ -52,6 +53,15 @@ def make_bijector(
         )
         randomize_weights(made, seed)
         return MaskedAutoregressive(made, name=f"maf_{seed}", log_scale_bound=log_scale_bound)
+    if kind == "spline":
+        made = MADENetwork(
+            event_size, hidden_units=[16, 16], order="random", seed=seed, params=3 * 4 - 1,
+            conditional_dims=conditional_dims, dtype=dtype.name,
+        )
+        # Smaller weights than the affine case's: steep bins (slopes near MIN_SLOPE) would
+        # make a float32 round trip lose digits the check asks for.
+        randomize_weights(made, seed, scale=0.2)
+        return MaskedRationalQuadraticSpline(made, bins=4, bound=3.0, name=f"spline_{seed}")
     if kind in ("coupling_even", "coupling_odd"):
         parity = kind.split("_")[1]
         copied, transformed = coupling_partition(event_size, parity)
@@ -74,5 +84,5 @@ def make_bijector(
     raise ValueError(kind)
 
 
-BIJECTOR_KINDS = ["maf", "coupling_even", "coupling_odd", "batch_norm"]
-CONDITIONAL_KINDS = ["maf", "coupling_even", "coupling_odd"]
+BIJECTOR_KINDS = ["maf", "spline", "coupling_even", "coupling_odd", "batch_norm"]
+CONDITIONAL_KINDS = ["maf", "spline", "coupling_even", "coupling_odd"]

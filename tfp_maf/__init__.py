@@ -5,6 +5,7 @@ Every public symbol, and where it lives:
 | symbol | module |
 |---|---|
 | `MaskedAutoregressive` | `tfp_maf.bijectors.masked_autoregressive` |
+| `MaskedRationalQuadraticSpline` | `tfp_maf.bijectors.masked_spline` |
 | `AffineCoupling`, `coupling_partition` | `tfp_maf.bijectors.affine_coupling` |
 | `ExpGammaBatchNorm`, `batch_moments` | `tfp_maf.bijectors.exp_gamma_batch_norm` |
 | `MADEMoG` | `tfp_maf.distributions.made_mog` |
@@ -13,6 +14,7 @@ Every public symbol, and where it lives:
 | `BatchNormState` (the batch norm's weights and statistics) | `tfp_maf.layers.batch_norm` |
 | `flow_kwargs`, `bind_kwargs` | `tfp_maf.kwargs` |
 | `masks` (orders, degrees, masks; pure NumPy) | `tfp_maf.masks` |
+| `splines` (rational-quadratic splines; pure TF maths) | `tfp_maf.splines` |
 | `sampling` (the one-pass sequential engine) | `tfp_maf.sampling` |
 
 The pieces follow TFP's split between maths and state: a bijector holds the maths and
@@ -48,11 +50,12 @@ In training, the batch norm normalises with the minibatch's statistics: pass
 {'norm_0': {'training': True}}
 """
 
-from tfp_maf import bijectors, distributions, layers, masks, sampling
+from tfp_maf import bijectors, distributions, layers, masks, sampling, splines
 from tfp_maf.bijectors import (
     AffineCoupling,
     ExpGammaBatchNorm,
     MaskedAutoregressive,
+    MaskedRationalQuadraticSpline,
     batch_moments,
     coupling_partition,
 )
@@ -77,6 +80,7 @@ __all__ = [
     "MADENetwork",
     "MaskedAutoregressive",
     "MaskedDense",
+    "MaskedRationalQuadraticSpline",
     "apply_masks",
     "batch_moments",
     "bijectors",
@@ -87,4 +91,5 @@ __all__ = [
     "layers",
     "masks",
     "sampling",
+    "splines",
 ]

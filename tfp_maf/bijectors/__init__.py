@@ -1,4 +1,5 @@
-"""Bijectors of the paper: MADE (Gaussian), Real NVP coupling, batch norm.
+"""Bijectors of the paper (MADE with Gaussian conditionals, Real NVP coupling, batch
+norm), and the spline layer of neural spline flows.
 
 Each maps data ``x`` (the inverse direction, what ``log_prob`` uses) to noise ``u`` and
 back (the forward direction, what ``sample`` uses), with ``forward_min_event_ndims=1``:
@@ -6,6 +7,7 @@ back (the forward direction, what ``sample`` uses), with ``forward_min_event_ndi
 | bijector | inverse (data -> noise) | forward (noise -> data) |
 |---|---|---|
 | `MaskedAutoregressive` | one MADE pass | exact, sequential (about one pass) |
+| `MaskedRationalQuadraticSpline` | one MADE pass | exact, sequential (about one pass) |
 | `AffineCoupling` | one pass of two networks | one pass of two networks |
 | `ExpGammaBatchNorm` | elementwise | elementwise |
 
@@ -28,11 +30,13 @@ TensorShape([2])
 from tfp_maf.bijectors.affine_coupling import AffineCoupling, coupling_partition
 from tfp_maf.bijectors.exp_gamma_batch_norm import ExpGammaBatchNorm, batch_moments
 from tfp_maf.bijectors.masked_autoregressive import MaskedAutoregressive
+from tfp_maf.bijectors.masked_spline import MaskedRationalQuadraticSpline
 
 __all__ = [
     "AffineCoupling",
     "ExpGammaBatchNorm",
     "MaskedAutoregressive",
+    "MaskedRationalQuadraticSpline",
     "batch_moments",
     "coupling_partition",
 ]

@@ -7,21 +7,23 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from tfp_maf import _checks
-from tfp_maf._tracking import LayerVariables
-from tfp_maf.bijectors._fused import FusedBijector, dtype_of
+from tfp_maf.bijectors._autoregressive import MaskedTransform
 from tfp_maf.math import soft_bound
 
 __all__ = ["MaskedAutoregressive"]
 
 
+def _affine(u, shift, log_scale):
+    """x = u exp(alpha) + mu, and its log-det alpha."""
+    return u * tf.exp(log_scale) + shift, log_scale
+
+
 def _affine_step(params, t, u_rows, log_scale_bound):
     """One step of sampling: x = u exp(alpha) + mu for the variable of degree t + 1."""
-    log_scale = soft_bound(params[1], log_scale_bound)
-    return u_rows[t] * tf.exp(log_scale) + params[0], log_scale
+    return _affine(u_rows[t], params[0], soft_bound(params[1], log_scale_bound))
 
 
-class MaskedAutoregressive(LayerVariables, FusedBijector):
+class MaskedAutoregressive(MaskedTransform):
     """The autoregressive layer of MAF: a MADE with Gaussian conditionals.
 
     Forward (noise ``u`` -> data ``x``), with ``mu, alpha`` the MADE outputs:
@@ -66,7 +68,8 @@ class MaskedAutoregressive(LayerVariables, FusedBijector):
 
     Raises:
       ValueError: at construction, if ``made`` has the mixture head
-        (``num_components`` set: use `tfp_maf.MADEMoG`); at call time, if the
+        (``num_components`` set: use `tfp_maf.MADEMoG`) or the open head (``params``
+        set: `tfp_maf.MaskedRationalQuadraticSpline` reads it); at call time, if the
         last axis of ``x`` is not ``made.event_size``, or ``conditional_input``
         is missing, unexpected or of the wrong width for ``made``.
 
@@ -112,89 +115,28 @@ class MaskedAutoregressive(LayerVariables, FusedBijector):
     ):
         parameters = dict(locals())
         num_components = getattr(made, "num_components", None)
-        if num_components is not None:
+        params = getattr(made, "params", None)
+        if num_components is not None or params is not None:
             raise ValueError(
-                "MaskedAutoregressive needs a MADE with the Gaussian head "
-                f"(num_components=None); got num_components={num_components}. "
-                "Use tfp_maf.distributions.MADEMoG for mixture conditionals."
+                "MaskedAutoregressive needs a MADE with the Gaussian head (num_components=None, "
+                f"params=None); got num_components={num_components}, params={params}. Use "
+                "tfp_maf.MADEMoG for mixture conditionals, tfp_maf.MaskedRationalQuadraticSpline "
+                "for splines."
             )
-        self._made = made
-        self._track_layers(made)
         self._log_scale_bound = log_scale_bound
-        self._event_size = getattr(made, "event_size", None)
-        self._conditional_dims = getattr(made, "conditional_dims", None)
-        super().__init__(
-            forward_min_event_ndims=1,
-            validate_args=validate_args,
-            dtype=dtype_of(made),
-            parameters=parameters,
-            name=name,
-        )
+        super().__init__(made, validate_args, parameters, name)
 
-    @classmethod
-    def _parameter_properties(cls, dtype):
-        return {}  # The parameters live in the network.
-
-    @property
-    def made(self) -> Callable:
-        """The network that gives ``(shift, log_scale)``, as passed to the constructor."""
-        return self._made
-
-    @property
-    def conditional_dims(self) -> int | None:
-        """Width ``K`` of the side information ``y`` (the MADE's), or None if unconditional."""
-        return self._conditional_dims
-
-    def _shift_and_log_scale(self, x, conditional_input):
-        if self._event_size is not None:
-            _checks.check_event_size(x, self._event_size, self.name)
-        if conditional_input is None:
-            shift, log_scale = self._made(x)
-        else:
-            shift, log_scale = self._made(x, conditional_input=conditional_input)
-        self._retrack_layers()
+    def _head(self, outputs):
+        shift, log_scale = outputs
         return shift, soft_bound(log_scale, self._log_scale_bound)
 
-    def _inverse_and_log_det(self, x, conditional_input=None):
-        conditional_input = _checks.as_conditional_input(conditional_input, self.dtype)
-        shift, log_scale = self._shift_and_log_scale(x, conditional_input)
-        u = (x - shift) * tf.exp(-log_scale)
-        return u, -tf.reduce_sum(log_scale, axis=-1)
+    def _map_inverse(self, x, theta):
+        shift, log_scale = theta
+        return (x - shift) * tf.exp(-log_scale), -log_scale
 
-    def _forward_and_log_det(self, u, conditional_input=None):
-        conditional_input = _checks.as_conditional_input(conditional_input, self.dtype)
-        if self._event_size is not None:
-            _checks.check_event_size(u, self._event_size, self.name)
-        if hasattr(self._made, "sample_sequentially"):  # a tfp_maf MADE
-            return self._mask_aware_forward(u, conditional_input)
-        return self._plain_forward(u, conditional_input)
+    def _map_forward(self, u, theta):
+        return _affine(u, *theta)
 
-    def _mask_aware_forward(self, u, conditional_input):
-        """x = f(u) in one MADE pass spread over D steps (see `tfp_maf.sampling`)."""
-        emit = functools.partial(_affine_step, log_scale_bound=self._log_scale_bound)
-        x, log_scale = self._made.sample_sequentially(
-            emit, u, conditional_input, key=("affine", self._log_scale_bound)
-        )
-        return x, tf.reduce_sum(log_scale, axis=-1)
-
-    def _plain_forward(self, u, conditional_input=None):
-        """x = f(u) by D full passes: for any autoregressive callable (and as the oracle)."""
-        event_size = self._event_size or u.shape[-1]
-        if event_size is None:
-            raise ValueError(f"{self.name}: the number of variables must be known statically.")
-        if conditional_input is not None:
-            # The loop state must have its final shape from the first pass.
-            batch = tf.broadcast_dynamic_shape(tf.shape(u)[:-1], tf.shape(conditional_input)[:-1])
-            u = tf.broadcast_to(u, tf.concat([batch, [event_size]], 0))
-
-        def body(x, _):
-            shift, log_scale = self._shift_and_log_scale(x, conditional_input)
-            return u * tf.exp(log_scale) + shift, log_scale
-
-        x, log_scale = tf.while_loop(
-            lambda x, _: True,
-            body,
-            (tf.zeros_like(u), tf.zeros_like(u)),
-            maximum_iterations=event_size,
-        )
-        return x, tf.reduce_sum(log_scale, axis=-1)
+    def _sampling_step(self):
+        bound = self._log_scale_bound
+        return ("affine", bound), functools.partial(_affine_step, log_scale_bound=bound)

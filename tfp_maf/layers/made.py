@@ -9,8 +9,10 @@ order (`tfp_maf.masks`); ``y`` is not masked: it comes before every ``x_i``.
     h_l = act(h_{l-1} @ (W_l * M_l) + y @ V_l + b_l)        l = 1..L
     out = h_L @ (W_out * M_out) + b_out                     [..., D, P]
 
-``P`` is 2 for the Gaussian head (shift ``mu_i``, log-scale ``alpha_i``) and
-``3 C`` for the mixture head (``C`` logits, means, log-scales). The head's
+``P`` is 2 for the Gaussian head (shift ``mu_i``, log-scale ``alpha_i``),
+``3 C`` for the mixture head (``C`` logits, means, log-scales), and ``params``
+for the open head (one tensor ``[..., D, P]``, as TFP's MADE gives; a spline's
+``3 K - 1`` parameters, say). The head's
 parameters share ONE output matmul: its mask is the output mask repeated ``P``
 times, so a whole MADE costs ``L + 1`` matmuls (plus one per layer for ``y``).
 
@@ -487,7 +489,8 @@ class MADENetwork(keras.layers.Layer):
 
     Calling the layer returns, for the Gaussian head (``num_components=None``),
     ``(shift, log_scale)`` each of shape ``[..., D]``; for the mixture head,
-    ``(logits, loc, log_scale)`` each of shape ``[..., D, C]``.
+    ``(logits, loc, log_scale)`` each of shape ``[..., D, C]``; for the open head
+    (``params=P``), one tensor ``[..., D, P]``.
 
     Args:
       event_size: ``D``, the number of variables.
@@ -524,6 +527,10 @@ class MADENetwork(keras.layers.Layer):
         ``"gpu"``; None (the default): the kind TensorFlow places ops on in the
         current process. The config records the kind, so a saved network loads with
         the storage it was saved with, on any machine (its optimizer state fits it).
+      params: None, or ``P``: the open head, ``P`` unconstrained outputs per variable
+        returned as one tensor ``[..., D, P]`` (for conditionals of other families:
+        `tfp_maf.MaskedRationalQuadraticSpline` reads ``3 K - 1`` of them). Its output kernel starts at
+        zero, as the Gaussian head's. Not with ``num_components``.
       **kwargs: Keras' layer arguments (``name``, ``dtype``, ...).
 
     Attributes:
@@ -542,7 +549,8 @@ class MADENetwork(keras.layers.Layer):
 
     Raises:
       ValueError: at construction, if ``event_size``, ``num_components`` or
-        ``conditional_dims`` is below 1, ``kernel_blocks`` is neither ``"auto"`` nor
+        ``conditional_dims`` or ``params`` is below 1, both ``num_components`` and
+        ``params`` are set, ``kernel_blocks`` is neither ``"auto"`` nor
         an int >= 1, ``kernel_blocks_device`` is not a device kind, ``order`` is not
         an order, ``hidden_degrees`` is not a method, or a hidden layer has no
         units; at call time, if the last axis of ``x`` is not ``D``, or ``y`` is
@@ -561,6 +569,11 @@ class MADENetwork(keras.layers.Layer):
     >>> mog = MADENetwork(3, hidden_units=[8], num_components=4, seed=0)
     >>> [t.shape for t in mog(np.zeros((5, 3), np.float32))]
     [TensorShape([5, 3, 4]), TensorShape([5, 3, 4]), TensorShape([5, 3, 4])]
+
+    The open head gives ``P`` outputs per variable in one tensor:
+
+    >>> MADENetwork(3, hidden_units=[8], params=23, seed=0)(np.zeros((5, 3), np.float32)).shape
+    TensorShape([5, 3, 23])
 
     Output ``i`` depends only on the variables before ``i`` in the order: changing
     ``x_1`` changes the parameters of ``x_2`` alone (the output layer starts at
@@ -592,6 +605,7 @@ class MADENetwork(keras.layers.Layer):
         kernel_regularizer=None,
         kernel_blocks: int | str = "auto",
         kernel_blocks_device: str | None = None,
+        params: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -601,6 +615,11 @@ class MADENetwork(keras.layers.Layer):
             raise ValueError(f"num_components must be >= 1 or None, got {num_components}.")
         if conditional_dims is not None and int(conditional_dims) < 1:
             raise ValueError(f"conditional_dims must be >= 1 or None, got {conditional_dims}.")
+        if params is not None and (int(params) < 1 or num_components is not None):
+            raise ValueError(
+                f"params must be >= 1 or None, and None with num_components; got params={params}, "
+                f"num_components={num_components}.")
+        self.params = None if params is None else int(params)
         self.event_size = int(event_size)
         self.hidden_units = [int(h) for h in hidden_units]
         self.num_components = None if num_components is None else int(num_components)
@@ -630,7 +649,8 @@ class MADENetwork(keras.layers.Layer):
         self.degrees = degrees
         self.masks = masks.made_masks(self.input_degrees, degrees)
 
-        self.params_per_dim = 2 if self.num_components is None else 3 * self.num_components
+        self.params_per_dim = (self.params if self.params is not None
+                               else 2 if self.num_components is None else 3 * self.num_components)
         self.hidden_layers = [
             MaskedDense(
                 units,
@@ -792,6 +812,8 @@ class MADENetwork(keras.layers.Layer):
         """Splits raw outputs into the head's parameters of shape batch + [D(, C)]."""
         D, P = self.event_size, self.params_per_dim
         out = tf.reshape(out, tf.concat([batch_shape, [D, P]], 0))
+        if self.params is not None:
+            return out
         if self.num_components is None:
             return out[..., 0], out[..., 1]
         C = self.num_components
@@ -819,5 +841,6 @@ class MADENetwork(keras.layers.Layer):
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
             kernel_blocks=self.kernel_blocks,
             kernel_blocks_device=self.kernel_blocks_device,
+            params=self.params,
         )
         return config
