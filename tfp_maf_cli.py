@@ -48,7 +48,7 @@ _RESUMABLE_CHANGES = {"verbose", "quiet", "max_minutes", "func"}
 #: The command's choices, here rather than imported so that ``--help`` needs no
 #: TensorFlow (the tests check them against `keras_models.zoo.MODELS` and
 #: `keras_models.data.LOADERS`).
-MODEL_NAMES = ("gaussian", "made", "made-mog", "maf-mog5", "maf10", "maf5", "realnvp10", "realnvp5")
+MODEL_NAMES = ("gaussian", "made", "made-mog", "maf-mog5", "maf10", "maf5", "nsf5", "realnvp10", "realnvp5")
 DATASET_NAMES = ("bsds300", "cifar10", "figure1", "gas", "hepmass", "miniboone", "mnist", "power")
 # keras_models.presets.PROTOCOLS, written out: parsing the command line imports no TensorFlow.
 PROTOCOLS = ("paper", "published")

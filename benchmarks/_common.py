@@ -264,6 +264,12 @@ def tfp_peer(D: int, hidden, jit_compile: bool = False):
 DEAD_UNIT_STEPS = (20, 100, 500)
 
 
+def mean_and_2se(values) -> tuple[float, float]:
+    """The mean of ``values`` (per-example log-likelihoods, say) and two standard errors."""
+    values = np.asarray(values, np.float64)
+    return float(values.mean()), float(2 * values.std(ddof=1) / np.sqrt(len(values)))
+
+
 def dead_units(model, x) -> int:
     """The first hidden layer's relu units never active on ``x``."""
     made = model.made if hasattr(model, "made") else model.mades[0]

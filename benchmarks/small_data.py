@@ -40,7 +40,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import EpochTimes, header, report, run_info  # noqa: E402
+from _common import EpochTimes, header, mean_and_2se, report, run_info  # noqa: E402
 
 import keras_models as km  # noqa: E402
 from keras_models import training  # noqa: E402
@@ -65,16 +65,13 @@ def digits(seed: int) -> Splits:
     return Splits("digits", x[TEST + VALIDATION:], x[TEST:TEST + VALIDATION], x[:TEST])
 
 
-def _mean_and_2se(values) -> tuple[float, float]:
-    values = np.asarray(values, np.float64)
-    return float(values.mean()), float(2 * values.std(ddof=1) / np.sqrt(len(values)))
-
-
-def run_ours(splits: Splits, seed: int, patience: int, jit_compile) -> dict:
+def run_ours(splits: Splits, seed: int, patience: int, jit_compile, model_name: str = "maf5",
+             hidden=HIDDEN) -> dict:
+    """A zoo model (``model_name``, the command line's names) by the docs' path."""
     start = time.perf_counter()
     keras.utils.set_random_seed(seed)
-    model = km.MAF(D, hidden_units=HIDDEN, num_layers=LAYERS)
-    training.compile_as_paper(model, "maf5", learning_rate=LEARNING_RATE, jit_compile=jit_compile)
+    model = km.build(model_name, splits.x_train.shape[1], hidden_units=hidden)
+    training.compile_as_paper(model, model_name, learning_rate=LEARNING_RATE, jit_compile=jit_compile)
     pipelines = splits.pipelines(batch_size=BATCH, seed=seed)
     epochs = EpochTimes()
     # The timer is the first callback: fit_as_paper's own (statistics, early stopping)
@@ -82,17 +79,18 @@ def run_ours(splits: Splits, seed: int, patience: int, jit_compile) -> dict:
     _, info = training.fit_as_paper(model, pipelines.train, pipelines.validation, splits.x_train,
                                     patience=patience, callbacks=[epochs], verbose=0,
                                     shuffle_epoch=pipelines.epoch)
-    log_likelihood = _mean_and_2se(model.log_prob(splits.x_test))
+    log_likelihood = mean_and_2se(model.log_prob(splits.x_test))
     return _row(time.perf_counter() - start, epochs.seconds, info["epochs"], log_likelihood)
 
 
-def run_zuko(splits: Splits, seed: int, patience: int) -> dict:
+def run_zuko(splits: Splits, seed: int, patience: int, flow_name: str = "MAF", hidden=HIDDEN) -> dict:
+    """zuko's ``flow_name`` (``"MAF"``, ``"NSF"``) of ``LAYERS`` transforms, trained eagerly."""
     import torch
     import zuko
 
     start = time.perf_counter()
     torch.manual_seed(seed)
-    flow = zuko.flows.MAF(D, transforms=LAYERS, hidden_features=HIDDEN)
+    flow = getattr(zuko.flows, flow_name)(splits.x_train.shape[1], transforms=LAYERS, hidden_features=hidden)
     optimizer = torch.optim.Adam(flow.parameters(), lr=LEARNING_RATE)
     x_train, x_val, x_test = (torch.from_numpy(a) for a in (splits.x_train, splits.x_val, splits.x_test))
     generator = torch.Generator().manual_seed(seed)
@@ -115,7 +113,7 @@ def run_zuko(splits: Splits, seed: int, patience: int) -> dict:
         seconds.append(time.perf_counter() - epoch_start)
     flow.load_state_dict(best_state)
     with torch.no_grad():
-        log_likelihood = _mean_and_2se(flow().log_prob(x_test).numpy())
+        log_likelihood = mean_and_2se(flow().log_prob(x_test).numpy())
     return _row(time.perf_counter() - start, seconds, len(seconds), log_likelihood)
 
 

@@ -7,6 +7,7 @@ in the top-level module `tfp_maf_cli`, so that its ``--help`` needs no TensorFlo
 | name | what |
 |---|---|
 | `MADE`, `MADEMoG`, `MAF`, `MAFMoG`, `RealNVP`, `Gaussian` | the paper's models (`keras_models.zoo`) |
+| `NSF` | autoregressive neural spline flows, beyond the paper (`keras_models.zoo`) |
 | `build` | a model by its command-line name (``"maf5"``, ...) |
 | `DensityModel` | their base: ``log_prob``, ``sample``, ``distribution``, ``export`` |
 | `training` | the paper's training: `training.compile_as_paper`, `training.fit_as_paper` |
@@ -24,7 +25,7 @@ Example:
 
 from keras_models import evaluation, training
 from keras_models.density_model import DensityModel
-from keras_models.zoo import MADE, MAF, Gaussian, MADEMoG, MAFMoG, RealNVP, build
+from keras_models.zoo import MADE, MAF, NSF, Gaussian, MADEMoG, MAFMoG, RealNVP, build
 
-__all__ = ["MADE", "MAF", "DensityModel", "Gaussian", "MADEMoG", "MAFMoG", "RealNVP", "build", "evaluation",
+__all__ = ["MADE", "MAF", "DensityModel", "Gaussian", "MADEMoG", "MAFMoG", "NSF", "RealNVP", "build", "evaluation",
            "training"]

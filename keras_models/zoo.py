@@ -8,9 +8,11 @@
 | Real NVP (5 / 10) (Dinh et al. 2017) | 3.3, 4 | `RealNVP` |
 | MAF (5 / 10) | 3 | `MAF` |
 | MAF MoG (5) | 4 | `MAFMoG` |
+| NSF (5): autoregressive rational-quadratic splines (Durkan et al. 2019) | beyond the paper | `NSF` |
 
 One constructor convention: ``D`` first, then keywords ``hidden_units``,
-``num_layers``, ``num_components``, ``activation``, ``conditional_dims``.
+``num_layers``, ``num_components``, ``activation``, ``conditional_dims`` (and, for
+every conditional flow, ``context_network``: a Keras layer that embeds ``y`` first).
 As in the paper: the first MAF layer uses the data's order and each next one
 reverses it; a batch norm follows every autoregressive / coupling layer (so
 one sits between every two layers and before the base); L2 penalty 1e-6 on
@@ -48,10 +50,11 @@ from keras_models.initialization import made_initializers
 from tfp_maf._devices import check_device_kind
 from tfp_maf.bijectors._cache import GraphLocalChain
 from tfp_maf.layers.made import check_conditional_input_layers
+from tfp_maf.splines import num_spline_params
 
 tfd = tfp.distributions
 
-__all__ = ["MADE", "MAF", "Gaussian", "MADEMoG", "MAFMoG", "RealNVP", "build"]
+__all__ = ["MADE", "MAF", "NSF", "Gaussian", "MADEMoG", "MAFMoG", "RealNVP", "build"]
 
 L2 = 1e-6
 
@@ -202,6 +205,12 @@ class _FlowModel(DensityModel):
     feeds, ``"all_layers"`` (the default) or ``"first_layer"`` (the published code's
     wiring; `tfp_maf.MADENetwork`). Real NVP's networks take it at their input either way.
 
+    ``context_network``: None, or a Keras layer mapping ``y`` ``[N, K]`` to an embedding
+    ``[N, E]`` that every layer of the flow reads instead of ``y`` (the flow's networks
+    take ``E`` columns), trained with the flow and saved and exported with it (a layer
+    Keras can serialize: a `keras.Sequential` of Keras layers, or a registered layer of
+    your own). The model's inputs stay ``y`` of width ``conditional_dims``.
+
     ``kernel_blocks``, ``kernel_blocks_device``: the MADEs' storage
     (`tfp_maf.MADENetwork`): ``"auto"`` stores large kernels in degree blocks on a CPU
     and dense on a GPU, 1 all dense; the densities are the same. A saved model loads
@@ -226,9 +235,13 @@ class _FlowModel(DensityModel):
         kernel_blocks_device: str | None = None,
         initialization: str = "default",
         conditional_input_layers: str = "all_layers",
+        context_network: keras.layers.Layer | None = None,
         **kwargs,
     ):
         super().__init__(event_size, conditional_dims, **kwargs)
+        self.context_network = context_network
+        #: The width of what the flow's networks read: y's, or its embedding's.
+        self.context_dims = self._context_dims(context_network)
         made_initializers(initialization)  # refuses an unknown one before anything is built
         self.initialization = initialization
         # Checked here too: Real NVP builds no MADE that would refuse a wrong one.
@@ -244,10 +257,36 @@ class _FlowModel(DensityModel):
         self.log_scale_bound = log_scale_bound
         self.hidden_degrees = hidden_degrees
 
-    def _made(self, order, name, num_components=None, seed=0):
+    def _context_dims(self, context_network) -> int | None:
+        """The embedding's width, from one call of ``context_network`` (which builds it)."""
+        if context_network is None:
+            return self.conditional_dims
+        if not isinstance(context_network, keras.layers.Layer):
+            raise ValueError(
+                f"context_network must be a Keras layer mapping y to an embedding, got "
+                f"{type(context_network).__name__}.")
+        if self.conditional_dims is None:
+            raise ValueError(f"{self.name} is unconditional (conditional_dims=None): a context_network needs y.")
+        out = context_network(keras.ops.zeros((1, self.conditional_dims), context_network.compute_dtype))
+        if len(out.shape) != 2 or out.shape[-1] is None:
+            raise ValueError(
+                f"context_network must map y [N, {self.conditional_dims}] to an embedding [N, E]; it gave "
+                f"shape {tuple(out.shape)}.")
+        return int(out.shape[-1])
+
+    def _context(self, y, training):
+        """``y``, or its embedding by the context network (any batch shape)."""
+        if y is None or self.context_network is None:
+            return y
+        flat = tf.reshape(y, [-1, self.conditional_dims])
+        flat = tf.cast(flat, self.context_network.compute_dtype)
+        embedding = tf.cast(self.context_network(flat, training=training), self.compute_dtype)
+        return tf.reshape(embedding, tf.concat([tf.shape(y)[:-1], [self.context_dims]], 0))
+
+    def _made(self, order, name, num_components=None, seed=0, params=None):
         return tfp_maf.MADENetwork(
-            self.event_size, self.hidden_units, num_components=num_components,
-            activation=self.activation, order=order, conditional_dims=self.conditional_dims,
+            self.event_size, self.hidden_units, num_components=num_components, params=params,
+            activation=self.activation, order=order, conditional_dims=self.context_dims,
             hidden_degrees=self.hidden_degrees, seed=seed, kernel_regularizer=_regularizer(self.l2),
             conditional_input_layers=self.conditional_input_layers,
             kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
@@ -269,6 +308,7 @@ class _FlowModel(DensityModel):
         return _standard_normal(self.event_size, self.compute_dtype, y)
 
     def _distribution(self, y, training):
+        y = self._context(y, training)
         # A `tfb.Chain` whose cache entries die with the model's traces (`GraphLocalChain`).
         flow = tfd.TransformedDistribution(self._base(y), GraphLocalChain(self._bijectors()))
         return tfp_maf.bind_kwargs(flow, y, training)
@@ -283,8 +323,17 @@ class _FlowModel(DensityModel):
             kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
             initialization=self.initialization,
             conditional_input_layers=self.conditional_input_layers,
+            context_network=(None if self.context_network is None
+                             else keras.saving.serialize_keras_object(self.context_network)),
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("context_network"), dict):
+            config["context_network"] = keras.saving.deserialize_keras_object(config["context_network"])
+        return cls(**config)
 
 
 def _orders(num_layers):
@@ -456,6 +505,85 @@ class MADE(MAF):
 
 
 @keras.saving.register_keras_serializable(package="keras_models")
+class NSF(MAF):
+    """NSF (K): K autoregressive rational-quadratic spline layers, a batch norm after each.
+
+    A neural spline flow (Durkan et al. 2019), autoregressive form: the `MAF` with each
+    affine map replaced by a monotonic spline of ``bins`` bins on ``[-bound, bound]``
+    (the identity beyond), its bins and slopes given by the MADE
+    (`tfp_maf.MaskedRationalQuadraticSpline`):
+
+        u = x;  for k = 1..K:  u_i = s(u_i; theta_i(u_<i));  u = BN_k(u)
+        log p(x) = log N(u | 0, I) + sum of the layers' log-dets
+
+    A spline bends a marginal where an affine map can only shift and scale it, so one
+    layer fits skewed and two-humped conditionals (``docs/splines.md``). ``log_prob``
+    costs K MADE passes; ``sample`` is exact, each layer about one MADE pass
+    (`tfp_maf.sampling`), as for the MAF.
+
+    Not in the paper: `keras_models.training` trains it as the paper trains the flows
+    (Adam at ``1e-4``, early stopping).
+
+    Args:
+      event_size: ``D``, the number of variables.
+      num_layers: ``K``, the spline layers (5 by default).
+      bins: the spline's bins (8, as zuko's and nflows' defaults).
+      bound: the spline acts on ``[-bound, bound]`` (5: zuko's default, for
+        standardised data; the batch norms keep later layers' inputs standardised).
+      batch_norm: whether a batch norm follows each layer (as in the `MAF`).
+      **kwargs: the keywords of `MAF` (``hidden_units``, ``activation``,
+        ``conditional_dims``, ``context_network``, ``l2``, ``seed``,
+        ``hidden_degrees``, ``kernel_blocks``, ...) and Keras' model arguments.
+        ``log_scale_bound`` and ``num_components`` are accepted and unused.
+
+    Raises:
+      ValueError: if ``bins < 1`` or ``bound <= 0``, or as `MAF`.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from keras_models import NSF
+    >>> x = np.random.default_rng(0).standard_normal((32, 2)).astype(np.float32)
+    >>> model = NSF(2, num_layers=2, hidden_units=[8])
+    >>> model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    >>> history = model.fit(x, batch_size=16, epochs=1, verbose=0)
+    >>> bool(np.isfinite(history.history["loss"][0]))
+    True
+    >>> model.log_prob(x[:4]).shape, model.sample(3, seed=0).shape
+    (TensorShape([4]), TensorShape([3, 2]))
+
+    #### References
+
+    [1] Durkan, Bekasov, Murray, Papamakarios. Neural Spline Flows. NeurIPS 2019.
+        https://arxiv.org/abs/1906.04032
+    """
+
+    def __init__(self, event_size: int, *, bins: int = 8, bound: float = 5.0, **kwargs):
+        num_spline_params(bins)  # refuses bins < 1 before anything is built
+        if not float(bound) > 0:
+            raise ValueError(f"bound must be positive, got {bound}.")
+        self.bins, self.bound = int(bins), float(bound)
+        kwargs.setdefault("name", "nsf")
+        super().__init__(event_size, **kwargs)
+
+    def _made(self, order, name, num_components=None, seed=0, params=None):
+        return super()._made(order, name, num_components, seed, params=num_spline_params(self.bins))
+
+    def _bijectors(self):
+        out = []
+        for i, made in enumerate(self.mades):
+            out.append(tfp_maf.MaskedRationalQuadraticSpline(made, self.bins, self.bound, name=f"spline_{i}"))
+            if self.norms:
+                out.append(self.norms[i].bijector())
+        return out
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(bins=self.bins, bound=self.bound)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_models")
 class MAFMoG(MAF):
     """MAF MoG (K): a MAF (K) whose base is a MADE MoG with C components.
 
@@ -575,7 +703,7 @@ class MADEMoG(_FlowModel):
         self.made = self._made("left-to-right", "made_mog", self.num_components, seed=self.seed)
 
     def _distribution(self, y, training):
-        return tfp_maf.MADEMoG(self.made, conditional_input=y)
+        return tfp_maf.MADEMoG(self.made, conditional_input=self._context(y, training))
 
 
 @keras.saving.register_keras_serializable(package="keras_models")
@@ -649,7 +777,7 @@ class RealNVP(_FlowModel):
             self.couplings.append(
                 tfp_maf.CouplingNetworks(
                     len(copied), len(transformed), self.hidden_units,
-                    conditional_dims=self.conditional_dims,
+                    conditional_dims=self.context_dims,
                     kernel_regularizer=_regularizer(self.l2), dtype=self.dtype_policy, name=f"coupling_{i}",
                 )
             )
@@ -677,6 +805,7 @@ MODELS = {
     "maf5": (MAF, {"num_layers": 5}),
     "maf10": (MAF, {"num_layers": 10}),
     "maf-mog5": (MAFMoG, {"num_layers": 5}),
+    "nsf5": (NSF, {"num_layers": 5}),
 }
 
 # The paper's step sizes (section 4): 1e-3 for MADE and MADE MoG, 1e-4 for the flows.
@@ -694,6 +823,7 @@ def build(name: str, event_size: int, **kwargs) -> DensityModel:
     | ``realnvp5``, ``realnvp10`` | `RealNVP` with 5 or 10 layers |
     | ``maf5``, ``maf10`` | `MAF` with 5 or 10 layers |
     | ``maf-mog5`` | `MAFMoG` with 5 layers |
+    | ``nsf5`` | `NSF` with 5 layers |
 
     Args:
       name: one of the names above.
@@ -723,6 +853,9 @@ def build(name: str, event_size: int, **kwargs) -> DensityModel:
         raise ValueError(f"unknown model {name!r}; expected one of {sorted(MODELS)}.")
     cls, preset = MODELS[name]
     if cls is Gaussian:  # fitted in closed form: no hyper-parameters but Keras' own
+        if kwargs.get("context_network") is not None:
+            raise ValueError("the Gaussian is fitted in closed form per class of a one-hot y: it takes no "
+                             "context_network.")
         keep = ("conditional_dims", "dtype", "name")
         return Gaussian(event_size, **{k: v for k, v in kwargs.items() if k in keep})
     return cls(event_size, **{**preset, **kwargs})

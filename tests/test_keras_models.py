@@ -24,7 +24,7 @@ from keras_models.evaluation import (
 )
 from tfp_maf.testing import randomize_weights
 
-FLOWS = ["made", "made-mog", "realnvp5", "maf5", "maf-mog5"]
+FLOWS = ["made", "made-mog", "realnvp5", "maf5", "maf-mog5", "nsf5"]
 
 
 def _data(conditional, n=400, seed=0):

@@ -28,7 +28,7 @@ SIZES = [1, 7, 16, 33, 100, 257, 300, 2, 1000, 64, 5]
 
 def _model(name, conditional=False):
     kw = dict(hidden_units=[16], num_components=2)
-    if name in ("maf5", "maf-mog5"):
+    if name in ("maf5", "maf-mog5", "nsf5"):
         kw["num_layers"] = 2
     model = km.build(name, D, conditional_dims=K if conditional else None, **kw)
     for layer in model._flatten_layers(include_self=False, recursive=False):
@@ -51,7 +51,8 @@ def _tune(model, **tuning):
             made.sampling_tuning = sampling.Tuning(**tuning)
 
 
-@pytest.mark.parametrize("name, conditional", [("maf5", False), ("made-mog", True), ("maf-mog5", True)])
+@pytest.mark.parametrize("name, conditional",
+                         [("maf5", False), ("made-mog", True), ("maf-mog5", True), ("nsf5", True)])
 def test_calls_of_every_size_trace_and_compile_a_bounded_number_of_times(name, conditional):
     # Chunks of 16 rows: one chunk size to compile, and batches of many chunks.
     model = _model(name, conditional)
@@ -73,19 +74,21 @@ def test_calls_of_every_size_trace_and_compile_a_bounded_number_of_times(name, c
     assert all(graph <= 2 and xla <= chunk_sizes for graph, xla in now), now
 
 
-def test_a_seed_fixes_the_samples_whatever_the_chunking():
-    model = _model("maf5")
+@pytest.mark.parametrize("name", ["maf5", "nsf5"])
+def test_a_seed_fixes_the_samples_whatever_the_chunking(name):
+    model = _model(name)
     default = model.sample(300, seed=7).numpy()
     np.testing.assert_array_equal(model.sample(300, seed=7), default)  # an int seed is stateless
-    again = _model("maf5")  # the same weights, a fresh sampler
+    again = _model(name)  # the same weights, a fresh sampler
     _tune(again, chunk_rows=16)
     np.testing.assert_allclose(again.sample(300, seed=7), default, rtol=1e-5, atol=1e-5)
     assert not np.allclose(model.sample(300, seed=8), default)
 
 
-def test_a_deleted_model_leaves_no_strong_reference():
+@pytest.mark.parametrize("name", ["maf5", "nsf5"])
+def test_a_deleted_model_leaves_no_strong_reference(name):
     x = np.random.default_rng(1).normal(size=(100, D)).astype(np.float32)
-    model = _model("maf5")
+    model = _model(name)
     model.compile(optimizer="adam")
     model.fit(x, batch_size=50, epochs=1, verbose=0)
     model.log_prob(x[:3])

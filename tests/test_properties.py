@@ -83,7 +83,7 @@ def test_exp_gamma_batch_norm(D, dtype, batch_shape, seed):
     _check_bijector(bn, D, batch_shape, None, dtype, seed)
 
 
-MODELS = ["made", "made-mog", "maf5", "maf-mog5", "realnvp5"]
+MODELS = ["made", "made-mog", "maf5", "maf-mog5", "realnvp5", "nsf5"]
 
 
 @SETTINGS(8)

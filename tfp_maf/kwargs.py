@@ -18,16 +18,16 @@ from tfp_maf._checks import as_conditional_input
 # `tfd.TransformedDistribution` (not the public class) when the parts are not
 # CompositeTensors, as ours (holding Keras layers) are not.
 from tfp_maf._compat import CHAIN_TYPES, INVERT_TYPES, TRANSFORMED_DISTRIBUTION_TYPES
+from tfp_maf.bijectors._autoregressive import MaskedTransform
 from tfp_maf.bijectors.affine_coupling import AffineCoupling
 from tfp_maf.bijectors.exp_gamma_batch_norm import ExpGammaBatchNorm
-from tfp_maf.bijectors.masked_autoregressive import MaskedAutoregressive
 from tfp_maf.distributions.made_mog import MADEMoG
 
 tfd = tfp.distributions
 
 __all__ = ["bind_kwargs", "flow_kwargs"]
 
-_CONDITIONAL = (MaskedAutoregressive, AffineCoupling)
+_CONDITIONAL = (MaskedTransform, AffineCoupling)  # the affine and spline MADE layers, the couplings
 
 
 def flow_kwargs(bijector, conditional_input=None, training=None) -> dict:

@@ -49,7 +49,7 @@ def largest_log_scale(model, x) -> float:
         for bijector in model.distribution().bijector.bijectors:
             if isinstance(bijector, MaskedAutoregressive):
                 # What the layer's inverse uses: its log-det is minus their sum.
-                _, log_scale = bijector._shift_and_log_scale(tf.constant(rows), None)
+                _, log_scale = bijector._parameters_at(tf.constant(rows), None)
                 largest = max(largest, float(np.max(np.abs(log_scale))))
             rows = bijector.inverse(rows).numpy()
     return largest
