@@ -15,9 +15,10 @@ input in one call, either way; `spline_parameters` maps a network's unconstraine
 outputs (``3 K - 1`` per variable) to bins and slopes, with all-zero outputs giving
 the identity.
 
-TFP's `tfb.RationalQuadraticSpline` holds the same maths as a bijector. It finds the
-bin twice (once for the value, once for the log-det) and by `tf.searchsorted`; here
-one call gives both, with the bin found by K comparisons, which XLA fuses
+TFP's `tfb.RationalQuadraticSpline` holds the same maths as a bijector, asked for the
+value and the log-det in two calls that each find the bin (by `tf.searchsorted`) and
+read it (by gathers); here one call gives both, the bin found by K - 1 comparisons and
+read by products with its one-hot row, which XLA fuses and a plain graph runs as few ops
 (``tests/test_splines.py`` checks the two agree; ``benchmarks/splines.py`` times them).
 
 Example: all-zero outputs are the identity inside and outside the bound:
@@ -95,22 +96,18 @@ def spline_parameters(raw, bins: int, bound: float):
     K, dtype = int(bins), raw.dtype
     bound = tf.cast(bound, dtype)
     offset = tf.cast(np.log(np.expm1(1.0 - MIN_SLOPE)), dtype)
-    widths = _bins(raw[..., :K], bound)
-    heights = _bins(raw[..., K : 2 * K], bound)
-    slopes = MIN_SLOPE + tf.nn.softplus(raw[..., 2 * K :] + offset)
-    return widths, heights, slopes
-
-
-def _knots(sizes, bound):
-    """``[..., K + 1]`` knot positions from ``-bound`` to exactly ``+bound``."""
-    inner = -bound + tf.cumsum(sizes[..., :-1], axis=-1)
-    ends = tf.ones_like(sizes[..., :1]) * bound
-    return tf.concat([-ends, inner, ends], axis=-1)
+    raw_widths, raw_heights, raw_slopes = tf.split(raw, [K, K, K - 1], axis=-1)
+    slopes = MIN_SLOPE + tf.nn.softplus(raw_slopes + offset)
+    return _bins(raw_widths, bound), _bins(raw_heights, bound), slopes
 
 
 def _select(table, one_hot):
-    """``table[..., k]`` for the bin ``k`` that ``one_hot`` marks (K multiply-adds: XLA
-    fuses them with the comparisons that found the bin)."""
+    """``table[..., k]`` for each entry's bin ``k``, marked by ``one_hot``.
+
+    A product and a sum, not a gather: in a graph without XLA a gather with batch
+    dimensions and its gradient cost about a hundred shape ops each, which made a
+    training step of NSF (5) at D 64 a third slower and its first trace seconds longer.
+    """
     return tf.reduce_sum(table * one_hot, axis=-1)
 
 
@@ -134,19 +131,22 @@ def rational_quadratic_spline(z, widths, heights, slopes, bound: float, inverse:
     z = tf.convert_to_tensor(z)
     dtype = z.dtype
     bound = tf.cast(bound, dtype)
-    xs, ys = _knots(widths, bound), _knots(heights, bound)
+    K = widths.shape[-1]
+    # Where each bin starts, from -bound; the slopes at each bin's two ends (1 at -B, B).
+    x_left = tf.cumsum(widths, axis=-1, exclusive=True) - bound
+    y_left = tf.cumsum(heights, axis=-1, exclusive=True) - bound
     ones = tf.ones_like(slopes[..., :1])
-    ds = tf.concat([ones, slopes, ones], axis=-1)
+    d_left, d_right = tf.concat([ones, slopes], axis=-1), tf.concat([slopes, ones], axis=-1)
     inside = tf.abs(z) < bound
     # Outside, compute on a point inside and discard it: no NaN reaches a gradient.
     safe = tf.where(inside, z, tf.zeros_like(z))
-    knots = ys if inverse else xs
-    K = widths.shape[-1]
-    bin_index = tf.reduce_sum(tf.cast(safe[..., None] >= knots[..., 1:-1], tf.int32), axis=-1)
-    one_hot = tf.one_hot(bin_index, K, dtype=dtype)
-    x_k, y_k = _select(xs[..., :-1], one_hot), _select(ys[..., :-1], one_hot)
+    # The bin: how many bins after the first start at or below the point.
+    starts = (y_left if inverse else x_left)[..., 1:]
+    k = tf.reduce_sum(tf.cast(starts <= safe[..., None], tf.int32), axis=-1)
+    one_hot = tf.cast(tf.equal(k[..., None], tf.range(K)), dtype)
+    x_k, y_k = _select(x_left, one_hot), _select(y_left, one_hot)
     w_k, h_k = _select(widths, one_hot), _select(heights, one_hot)
-    d_k, d_k1 = _select(ds[..., :-1], one_hot), _select(ds[..., 1:], one_hot)
+    d_k, d_k1 = _select(d_left, one_hot), _select(d_right, one_hot)
     s_k = h_k / w_k
     curvature = d_k1 + d_k - 2.0 * s_k
     if inverse:
