@@ -163,8 +163,10 @@ def _inverse_step(model, last: int):
     def step(c, yy, index):
         dist = model.distribution(None if yy is None else yy[:1])
 
+        context = None if yy is None else model.context(yy)
+
         def inverse(b):
-            return lambda: b.inverse(c, **flow_kwargs(b, conditional_input=yy))
+            return lambda: b.inverse(c, **flow_kwargs(b, conditional_input=context))
 
         with kernels_as_stored():  # no gradient: no kernel * mask products
             return tf.switch_case(index, [inverse(b) for b in dist.bijector.bijectors[:last]])
@@ -202,6 +204,7 @@ def _one_call_pass(model, layers: dict):
     def run(rows, yy):
         dist = model.distribution(None if yy is None else yy[:1])
         statistics = {}
+        context = None if yy is None else model.context(yy)
         with kernels_as_stored():  # no gradient: no kernel * mask products
             for bijector in dist.bijector.bijectors:
                 if isinstance(bijector, ExpGammaBatchNorm):
@@ -214,7 +217,7 @@ def _one_call_pass(model, layers: dict):
                     statistics[bijector.name] = (mean, variance)
                     if len(statistics) == len(layers):
                         break  # nothing past the last batch norm needs the rows
-                rows = bijector.inverse(rows, **flow_kwargs(bijector, conditional_input=yy))
+                rows = bijector.inverse(rows, **flow_kwargs(bijector, conditional_input=context))
         return statistics
 
     return model._traced("batch-norm statistics in one call", None, run)

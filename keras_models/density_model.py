@@ -138,6 +138,22 @@ class DensityModel(keras.Model):
     def _distribution(self, y, training) -> tfd.Distribution:
         raise NotImplementedError
 
+    def context(self, y, training: bool = False):
+        """The side information as the model's layers read it: ``y`` itself, or its
+        embedding by the model's ``context_network`` (the zoo's flows).
+
+        `distribution` applies it; call it when driving the distribution's bijectors
+        one by one, with `tfp_maf.flow_kwargs`.
+
+        Args:
+          y: ``batch + [K]`` (a tensor, already checked), or None.
+          training: passed to the context network.
+
+        Returns:
+          ``y``, or a ``batch + [E]`` tensor.
+        """
+        return y
+
     def fit_in_closed_form(self, x, y=None) -> bool:
         """Fits the maximum-likelihood weights directly, where a model has them in closed
         form (`keras_models.zoo.Gaussian`), and says whether it did. `fit_as_paper` asks

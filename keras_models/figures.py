@@ -34,12 +34,15 @@ def _pyplot():
 def to_noise(model, x, y=None) -> np.ndarray | None:
     """The data mapped to the flow's noise u (evaluation mode), or ``None`` for a
     model without a flow onto a standard normal."""
+    import tensorflow as tf
+
     import tfp_maf
 
     dist = model.distribution(None if y is None else y[:1], training=False)
     if not hasattr(dist, "bijector") or isinstance(dist.distribution, tfp_maf.MADEMoG):
         return None
-    kwargs = tfp_maf.flow_kwargs(dist.bijector, conditional_input=y, training=False)
+    context = None if y is None else model.context(tf.convert_to_tensor(y, model.compute_dtype))
+    kwargs = tfp_maf.flow_kwargs(dist.bijector, conditional_input=context, training=False)
     return dist.bijector.inverse(np.asarray(x, np.float32), **kwargs).numpy()
 
 

@@ -274,8 +274,9 @@ class _FlowModel(DensityModel):
                 f"shape {tuple(out.shape)}.")
         return int(out.shape[-1])
 
-    def _context(self, y, training):
-        """``y``, or its embedding by the context network (any batch shape)."""
+    def context(self, y, training: bool = False):
+        """``y`` as the flow's layers read it: its embedding by the context network, for
+        any batch shape; ``y`` itself without one (`DensityModel.context`)."""
         if y is None or self.context_network is None:
             return y
         flat = tf.reshape(y, [-1, self.conditional_dims])
@@ -308,7 +309,7 @@ class _FlowModel(DensityModel):
         return _standard_normal(self.event_size, self.compute_dtype, y)
 
     def _distribution(self, y, training):
-        y = self._context(y, training)
+        y = self.context(y, training)
         # A `tfb.Chain` whose cache entries die with the model's traces (`GraphLocalChain`).
         flow = tfd.TransformedDistribution(self._base(y), GraphLocalChain(self._bijectors()))
         return tfp_maf.bind_kwargs(flow, y, training)
@@ -703,7 +704,7 @@ class MADEMoG(_FlowModel):
         self.made = self._made("left-to-right", "made_mog", self.num_components, seed=self.seed)
 
     def _distribution(self, y, training):
-        return tfp_maf.MADEMoG(self.made, conditional_input=self._context(y, training))
+        return tfp_maf.MADEMoG(self.made, conditional_input=self.context(y, training))
 
 
 @keras.saving.register_keras_serializable(package="keras_models")

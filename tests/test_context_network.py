@@ -65,3 +65,19 @@ def test_a_context_network_is_refused_where_it_cannot_work():
         km.MAF(D, hidden_units=[8], conditional_dims=K, context_network=keras.layers.Reshape((2, 2)))
     with pytest.raises(ValueError, match="takes no context_network"):
         km.build("gaussian", D, conditional_dims=K, context_network=_context())
+
+
+@pytest.mark.parametrize("batch_size", [None, 16], ids=["one_call", "streamed"])
+def test_batch_norm_statistics_and_the_noise_map_read_the_embedding(batch_size):
+    """The statistics passes and `figures.to_noise` drive the bijectors one by one: they
+    must give each the embedding, as the distribution does."""
+    from keras_models import figures
+
+    model = _model("maf5")
+    x, y = _data()
+    model.set_batch_norm_statistics(x, y, batch_size=batch_size)
+    u = figures.to_noise(model, x, y)
+    # The last batch norm (beta 0, gamma 0: untrained) standardises what reaches it with
+    # those rows' own statistics, if the pass and the map gave the layers the same input.
+    np.testing.assert_allclose(u.mean(0), np.zeros(D), atol=1e-4)
+    np.testing.assert_allclose(u.var(0), np.ones(D), atol=1e-3)
