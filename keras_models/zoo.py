@@ -377,6 +377,10 @@ class MAF(_FlowModel):
         or ``"tanh"`` (the paper's choice for GAS).
       conditional_dims: ``K_y``, the width of the side information ``y`` (10
         one-hot classes for the paper's conditional MNIST and CIFAR-10), or None.
+      context_network: None, or a Keras layer mapping ``y`` ``[N, K_y]`` to an
+        embedding ``[N, E]`` that every layer reads instead of ``y``, trained, saved
+        and exported with the model (every conditional flow of the zoo takes it;
+        ``docs/conditional.md``).
       l2: the L2 penalty on every kernel, ``1e-6`` as in the paper; 0 for none.
         It is added to the gradient, not to the reported ``loss``.
       seed: seed of the MADEs' random hidden degrees (MADE ``i`` gets
