@@ -9,7 +9,7 @@ are trained the same way on the same data (10,000 training, 2,000 validation and
 patience 20, by `keras_models.training.fit_as_paper`), and their test log-likelihoods
 are set beside the exact value, the target's own mean log-density on the test rows.
 
-    python benchmarks/experiments/nsf_figure.py
+    python benchmarks/nsf_figure.py
 
 Writes docs/assets/nsf_vs_maf.png and benchmarks/results/nsf_figure/<machine kind>.json
 and .md (`_common.report`).
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for _common
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, for _common
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -35,7 +35,7 @@ from keras_models.data.splits import Splits  # noqa: E402
 
 MODES, RADIUS, SCALE = 8, 4.0, 0.35
 HIDDEN, LEARNING_RATE, BATCH, PATIENCE = [64, 64], 1e-3, 100, 20
-FIGURE = Path(__file__).resolve().parents[2] / "docs" / "assets" / "nsf_vs_maf.png"
+FIGURE = Path(__file__).resolve().parents[1] / "docs" / "assets" / "nsf_vs_maf.png"
 
 
 def _centres() -> np.ndarray:
