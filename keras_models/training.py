@@ -38,6 +38,7 @@ from keras_models import _kernel_layout
 from keras_models.batch_norm_statistics import BatchNormStatistics
 from keras_models.density_model import DensityModel
 from keras_models.progress import TrainingProgress
+from keras_models.optimizers import FusedAdam
 from keras_models.zoo import LEARNING_RATES
 
 __all__ = [
@@ -366,7 +367,7 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
     else:
         _XLA_AUTO.pop(model, None)
     model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate or LEARNING_RATES.get(model_name, 1e-4)),
+        optimizer=FusedAdam(learning_rate or LEARNING_RATES.get(model_name, 1e-4)),
         jit_compile=jit_compile,
         # Several steps per call into the compiled function: Keras' per-call Python
         # overhead (milliseconds) otherwise dominates the steps of small models.

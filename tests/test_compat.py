@@ -251,3 +251,15 @@ def test_a_weights_file_without_optimizer_state_or_with_other_slot_names_loads_a
     assert _compat.slot_of("made_dense_kernel_momentum", "made/dense/kernel") == "momentum"
     assert _compat.slot_of("iteration", "made/dense/kernel") is None
     assert _compat.slot_of("made_dense_kernel_", "made/dense/kernel") is None
+
+
+def test_adam_slots_are_the_moments_keras_adam_updates():
+    w = keras.Variable(np.ones(3, np.float32))
+    adam = keras.optimizers.Adam(0.1)
+    adam.apply([tf.constant([1.0, 2.0, 3.0])], [w])
+    slots = _compat.adam_slots(adam, w)
+    assert slots is not None
+    m, v = slots
+    np.testing.assert_allclose(m.numpy(), 0.1 * np.array([1.0, 2.0, 3.0]), rtol=1e-6)  # (1 - beta_1) g
+    np.testing.assert_allclose(v.numpy(), 0.001 * np.array([1.0, 4.0, 9.0]), rtol=1e-5)  # (1 - beta_2) g^2
+    assert _compat.adam_slots(keras.optimizers.SGD(0.1), w) is None  # the fallback's signal

@@ -25,6 +25,7 @@ __all__ = [
     "KERAS_ARCHIVE_WEIGHTS",
     "TRANSFORMED_DISTRIBUTION_TYPES",
     "NonCompositeChain",
+    "adam_slots",
     "cache_util",
     "gradient_registry",
     "omit_retracing_warning",
@@ -163,3 +164,20 @@ def slot_of(slot_variable_name: str, variable_name: str) -> str | None:
     ``slot_variable_name`` holds for the model variable named ``variable_name``, or None."""
     prefix = variable_name.replace("/", "_") + "_"
     return slot_variable_name[len(prefix):] or None if slot_variable_name.startswith(prefix) else None
+
+
+# -- Keras: Adam's moment variables -------------------------------------------------
+# Why: `keras_models.optimizers.FusedAdam` updates each variable with TF's one-op Adam
+# kernel, which takes the variable's first and second moments. `keras.optimizers.Adam`
+# keeps them in ``_momentums`` and ``_velocities``, indexed by ``_get_variable_index``
+# (what its own ``update_step`` reads); Keras has no public accessor. Fallback (None):
+# the moments are not found and `FusedAdam` runs Keras' own update, op by op.
+
+
+def adam_slots(optimizer, variable) -> tuple | None:
+    """``(m, v)``: the Keras variables holding ``variable``'s Adam moments, or None."""
+    try:
+        index = optimizer._get_variable_index(variable)
+        return optimizer._momentums[index], optimizer._velocities[index]
+    except (AttributeError, KeyError, IndexError, TypeError):
+        return None
