@@ -176,7 +176,8 @@ def _mask_tensor(mask, dtype) -> tf.Tensor:
     if ranks is None:
         return tf.constant(mask, dtype)
     rank, seen = ranks
-    return tf.cast(tf.constant(rank)[:, None] < tf.constant(seen)[None, :], dtype)
+    # Shaped in NumPy: indexing the tensors would add a slice and its three constants each.
+    return tf.cast(tf.constant(rank[:, None]) < tf.constant(seen[None, :]), dtype)
 
 
 def _fresh(initializer):
