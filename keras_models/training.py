@@ -278,6 +278,26 @@ def _decide_xla(model, train_ds, patience: int) -> None:
             model.steps_per_execution = 1
 
 
+def _whole_passes(model, train_ds, val_ds) -> dict:
+    """``steps_per_epoch`` and ``validation_steps`` for ``fit``: one whole pass of each
+    dataset of known length (where the model's ``steps_per_execution`` divides it).
+
+    The same batches as without them. Without a step count, Keras makes two iterators
+    of each dataset per epoch and reads one (a fresh one each epoch, and one it drops
+    at the epoch's end); with it, one, read in the next epoch. Making an iterator of a
+    shuffled pipeline costs milliseconds (TensorFlow instantiates its functions), about
+    a fifth of an epoch of a small dataset's run. The shuffle is unchanged: a pipeline
+    draws its order at the first batch it is asked for, after `ShuffleEpoch` has set
+    the epoch.
+    """
+    counts = {}
+    for name, ds in (("steps_per_epoch", train_ds), ("validation_steps", val_ds)):
+        steps = int(ds.cardinality()) if isinstance(ds, tf.data.Dataset) else -1
+        if steps > 0 and steps % model.steps_per_execution == 0:
+            counts[name] = steps
+    return counts
+
+
 def _scalar(value) -> float:
     # Multi-worker logs are vectors of one (see DensityModel._logs).
     return float(np.mean(value))
@@ -466,6 +486,7 @@ def fit_as_paper(
         train_ds, validation_data=val_ds, epochs=max_epochs, callbacks=all_callbacks, verbose=verbose,
         shuffle=False,  # the pipeline shuffles (a fresh permutation each epoch)
         initial_epoch=backup.saved_epoch() if backup else 0,
+        **_whole_passes(model, train_ds, val_ds),
     )
     resumed_from = backup.resumed_from if backup else None
     epochs = history.epoch[-1] + 1 if history.epoch else (resumed_from or 0)
