@@ -22,6 +22,11 @@ tfd = tfp.distributions
 
 __all__ = ["DensityModel", "unpack"]
 
+# A user's `tf.function` converts with AutoGraph every function of ours it calls, unless
+# told not to: our code has no tensor-dependent Python control flow, and converting it
+# cost about a second of the first trace in a process (as TFP and Keras are exempt).
+_no_autograph = tf.autograph.experimental.do_not_convert
+
 
 class DensityModel(keras.Model):
     """Base of every model in the zoo: the model owns the weights, and
@@ -95,6 +100,7 @@ class DensityModel(keras.Model):
         # Every layer creates its weights in __init__: nothing is built lazily.
         self.built = True
 
+    @_no_autograph
     def distribution(self, y=None, training: bool = False) -> tfd.Distribution:
         """p(x), or p(x | y) for a conditional model, with ``y`` and ``training`` bound.
 
@@ -171,6 +177,7 @@ class DensityModel(keras.Model):
 
     # -- density ---------------------------------------------------------------
 
+    @_no_autograph
     def log_prob(self, x, y=None, training: bool = False) -> tf.Tensor:
         """log p(x), or log p(x | y), per row, in nats.
 
@@ -218,16 +225,15 @@ class DensityModel(keras.Model):
         to None on the second size: at most two traces each."""
         cache = self.__dict__.setdefault("_traced_calls", {})  # not a Keras-tracked attribute
         key = (name, None if y is None else y.shape.rank)
-        if key not in cache:
-            # Not converted by AutoGraph: nothing in it branches on tensors, and AutoGraph
-            # cannot parse the source of log_prob's lambda (it would warn on every trace).
-            cache[key] = traced_on_purpose(tf.autograph.experimental.do_not_convert(fn), reduce_retracing=True)
+        if key not in cache:  # (traced_on_purpose: without AutoGraph, which could not parse these lambdas)
+            cache[key] = traced_on_purpose(fn, reduce_retracing=True)
         return cache[key]
 
     def call(self, inputs, training=False):
         x, y, _ = unpack(inputs)
         return self.log_prob(x, _checks.check_y(self, y), training=bool(training))
 
+    @_no_autograph
     def sample(self, n: int, y=None, seed=None) -> tf.Tensor:
         """``[n, D]`` samples.
 
@@ -391,7 +397,6 @@ class DensityModel(keras.Model):
         if (self.run_eagerly or self.steps_per_execution != 1 or tf.distribute.has_strategy()
                 or self.distribute_strategy is not tf.distribute.get_strategy()):
             return None
-        step = tf.autograph.experimental.do_not_convert(step)
         traced = {}  # by the iterator's element spec
 
         def function(iterator):

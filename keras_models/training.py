@@ -37,8 +37,8 @@ import tensorflow as tf
 from keras_models import _kernel_layout
 from keras_models.batch_norm_statistics import BatchNormStatistics
 from keras_models.density_model import DensityModel
-from keras_models.progress import TrainingProgress
 from keras_models.optimizers import FusedAdam
+from keras_models.progress import TrainingProgress
 from keras_models.zoo import LEARNING_RATES
 
 __all__ = [

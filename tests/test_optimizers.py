@@ -10,10 +10,12 @@ import tensorflow as tf
 import keras_models
 from keras_models.optimizers import FusedAdam
 
+# Keras keeps the step size in a float32 variable, whatever the model's dtype.
+LEARNING_RATE = float(np.float32(0.1))
 
-def _numpy_adam(w, grads, lr=float(np.float32(0.1)), beta_1=0.9, beta_2=0.999, epsilon=1e-7, weight_decay=None):
-    """Adam as Keras writes it, in float64 NumPy: the reference. (Keras keeps the step
-    size in a float32 variable, whatever the model's dtype: hence its rounding.)"""
+
+def _numpy_adam(w, grads, lr=LEARNING_RATE, beta_1=0.9, beta_2=0.999, epsilon=1e-7, weight_decay=None):
+    """Adam as Keras writes it, in float64 NumPy: the reference."""
     m, v = np.zeros_like(w), np.zeros_like(w)
     for t, g in enumerate(grads, start=1):
         if weight_decay:  # Keras' own decay, which rounds its rate through float32

@@ -260,3 +260,26 @@ def _directions(ours, theirs, u, x, kw, theirs_kw=None):
         "fldj": (ours.forward_log_det_jacobian(u, 1, **kw), theirs.forward_log_det_jacobian(u, 1, **theirs_kw)),
         "ildj": (ours.inverse_log_det_jacobian(x, 1, **kw), theirs.inverse_log_det_jacobian(x, 1, **theirs_kw)),
     }
+
+
+def test_a_users_tf_function_does_not_autograph_convert_our_code(capsys):
+    # AutoGraph converts every function a tf.function calls unless it is exempt, as TF,
+    # TFP and Keras are: converting ours cost about a second of a process's first trace.
+    # Its log (a public setting) prints each converted function's new source.
+    import keras_models
+
+    model = keras_models.MAF(3, num_layers=1, hidden_units=[8], conditional_dims=2)
+    x, y = tf.TensorSpec([None, 3]), tf.TensorSpec([None, 2])
+    tf.autograph.set_verbosity(3, alsologtostdout=True)
+    try:
+        tf.function(lambda x, y: model.log_prob(x, y)).get_concrete_function(x, y)
+        tf.function(lambda x, y: model.distribution(y).log_prob(x)).get_concrete_function(x, y)
+        tf.function(lambda y: model.sample(2, y)).get_concrete_function(y)
+        made = tfp_maf.MADENetwork(3, hidden_units=[8], conditional_dims=2, seed=0)
+        flow = tfd.TransformedDistribution(tfd.MultivariateNormalDiag(loc=tf.zeros(3)),
+                                           tfp_maf.MaskedAutoregressive(made))
+        tf.function(lambda x, y: tfp_maf.bind_kwargs(flow, conditional_input=y).log_prob(x)).get_concrete_function(x, y)
+    finally:
+        tf.autograph.set_verbosity(0)
+    converted = [line for line in capsys.readouterr().out.splitlines() if line.startswith("def tf__")]
+    assert converted == [], converted

@@ -48,7 +48,12 @@ def traced_on_purpose(fn, **kwargs):
     """``tf.function(fn, **kwargs)`` without TF's "frequent retracing" warning. TF counts
     traces per Python function across instances: every model of a sweep, every MADE of a
     flow, every chunk size traces the same function once, by design and a bounded number
-    of times, which TF would report as a retracing problem."""
+    of times, which TF would report as a retracing problem.
+
+    Without AutoGraph unless asked (``autograph=True``): our code has no tensor-dependent
+    Python control flow (its loops are `tf.while_loop`s), and converting it costs about a
+    second of a process's first trace."""
+    kwargs.setdefault("autograph", False)
     function = tf.function(fn, **kwargs)
     omit_retracing_warning(function)
     return function

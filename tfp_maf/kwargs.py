@@ -10,6 +10,7 @@ need no keywords at all (zuko's ``flow(c)``).
 
 from __future__ import annotations
 
+import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tfp_maf._checks import as_conditional_input
@@ -30,6 +31,7 @@ __all__ = ["bind_kwargs", "flow_kwargs"]
 _CONDITIONAL = (MaskedTransform, AffineCoupling)  # the affine and spline MADE layers, the couplings
 
 
+@tf.autograph.experimental.do_not_convert  # as TFP's own code: nothing here branches on a tensor
 def flow_kwargs(bijector, conditional_input=None, training=None) -> dict:
     """Keyword arguments for ``bijector``'s methods, routed to every part.
 
@@ -101,6 +103,7 @@ def _route(bijector, conditional_input, training, seen) -> dict:
     return {}
 
 
+@tf.autograph.experimental.do_not_convert  # as TFP's own code: nothing here branches on a tensor
 def bind_kwargs(distribution, conditional_input=None, training=None):
     """``distribution`` with ``conditional_input`` and ``training`` bound to every part.
 
