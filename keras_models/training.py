@@ -318,10 +318,10 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 #: Training steps after which XLA has paid for its compilation. XLA makes each step
-#: faster (it fuses Keras 3's per-variable optimizer ops and the flows' small elementwise
-#: ops) but compiles for seconds first. Measured with `benchmarks/small_data.py` (MAF (5)
-#: of 2 x 128, D 64, batch 100, 2 cores): XLA's first epoch took about 7 s longer and each
-#: later step about 3 ms less, so it pays after roughly 2,500 steps.
+#: faster (it fuses the flows' small elementwise ops) but compiles for seconds first.
+#: Measured with `benchmarks/small_data.py` (MAF (5) of 2 x 128, D 64, batch 100, 2 cores,
+#: `FusedAdam`): XLA's first epoch took 5 to 6 s longer and each later step 1 to 3 ms less,
+#: so it pays after 2,000 to 5,000 steps.
 XLA_BREAK_EVEN_STEPS = 2_500
 
 # Models compiled with jit_compile="auto": `fit_as_paper` decides for them. The value
