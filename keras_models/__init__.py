@@ -11,6 +11,7 @@ in the top-level module `tfp_maf_cli`, so that its ``--help`` needs no TensorFlo
 | `build` | a model by its command-line name (``"maf5"``, ...) |
 | `DensityModel` | their base: ``log_prob``, ``sample``, ``distribution``, ``export`` |
 | `training` | the paper's training: `training.compile_as_paper`, `training.fit_as_paper` |
+| `optimizers` | `optimizers.FusedAdam`: Keras' Adam, one op per variable (`compile_as_paper` uses it) |
 | `evaluation` | test log-likelihood +- 2 standard errors, bits per pixel |
 | `keras_models.data` | the paper's datasets, preprocessed, and their ``tf.data`` pipelines |
 | `keras_models.export` | the SavedModel with ``serve``, ``log_prob`` and ``sample`` |
@@ -23,9 +24,9 @@ Example:
 (4, ['left-to-right', 'right-to-left'])
 """
 
-from keras_models import evaluation, training
+from keras_models import evaluation, optimizers, training
 from keras_models.density_model import DensityModel
 from keras_models.zoo import MADE, MAF, NSF, Gaussian, MADEMoG, MAFMoG, RealNVP, build
 
 __all__ = ["MADE", "MAF", "DensityModel", "Gaussian", "MADEMoG", "MAFMoG", "NSF", "RealNVP", "build", "evaluation",
-           "training"]
+           "optimizers", "training"]
