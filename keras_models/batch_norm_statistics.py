@@ -162,8 +162,7 @@ def _inverse_step(model, last: int):
 
     def step(c, yy, index):
         dist = model.distribution(None if yy is None else yy[:1])
-
-        context = None if yy is None else model.context(yy)
+        context = model.context(yy)  # y, or its embedding (None stays None)
 
         def inverse(b):
             return lambda: b.inverse(c, **flow_kwargs(b, conditional_input=context))
@@ -204,7 +203,7 @@ def _one_call_pass(model, layers: dict):
     def run(rows, yy):
         dist = model.distribution(None if yy is None else yy[:1])
         statistics = {}
-        context = None if yy is None else model.context(yy)
+        context = model.context(yy)
         with kernels_as_stored():  # no gradient: no kernel * mask products
             for bijector in dist.bijector.bijectors:
                 if isinstance(bijector, ExpGammaBatchNorm):

@@ -3,7 +3,7 @@
 Keras 3's Adam writes its update in about twenty small ops per variable (the bias
 corrections recomputed for each). A flow has tens of variables, so that is most of a
 train step's graph: it costs trace and graph-optimisation time before the first step
-(about 0.6 s of a MAF (5)'s first epoch on 2 cores) and an executor dispatch per op
+(about 0.8 s of a small MAF (5)'s first epoch on 2 cores) and an executor dispatch per op
 at every step. `FusedAdam` computes the step's scalars once and updates each variable
 with `tf.raw_ops.ResourceApplyAdam`, TensorFlow's Adam kernel (on CPU and GPU, and
 under XLA).
