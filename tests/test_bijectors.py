@@ -47,6 +47,25 @@ def test_log_det_matches_autodiff(kind, conditional_dims, dtype, mode):
     assert_pairs_close(mode(lambda: log_det_pairs(b, u, x, kw)), kind, **TOL[dtype])
 
 
+@pytest.mark.parametrize("kind, conditional_dims", CASES)
+def test_fused_passes_give_what_tfps_calls_give(kind, conditional_dims, dtype, mode):
+    """inverse_and_log_det / forward_and_log_det (uncached, one pass) against TFP's
+    inverse, forward and log-det calls, NumPy input included."""
+    b, u, x, kw = _case(kind, conditional_dims, dtype, 7)
+
+    def pairs():
+        v, inverse_log_det = b.inverse_and_log_det(x.numpy(), **kw)  # NumPy in, as TFP takes it
+        y, forward_log_det = b.forward_and_log_det(u, **kw)
+        return {
+            "inverse": (v, b.inverse(x, **kw)),
+            "inverse log-det": (inverse_log_det, b.inverse_log_det_jacobian(x, event_ndims=1, **kw)),
+            "forward": (y, b.forward(u, **kw)),
+            "forward log-det": (forward_log_det, b.forward_log_det_jacobian(u, event_ndims=1, **kw)),
+        }
+
+    assert_pairs_close(mode(pairs), kind, **TOL[dtype])
+
+
 def test_maf_jacobian_is_triangular_in_its_order(dtype):
     b = make_bijector("maf", dtype, 5)
     perm = b.made.permutation
