@@ -75,6 +75,32 @@ def test_backup_and_restore_resumes_after_a_crash(tmp_path):
     assert any(not np.array_equal(a, b.numpy()) for a, b in zip(weights_at_crash, resumed.weights, strict=True))
 
 
+def test_fit_as_paper_reads_each_epochs_pass_as_a_fresh_iterator_would():
+    """fit_as_paper reads repeated pipelines from one iterator for the whole run: each
+    epoch must still see the pass a fresh iterator of that epoch gives (the shuffle of
+    that epoch, the short last batch), as a plain fit with ShuffleEpoch does."""
+    splits = _figure1(n=250)  # 3 batches of 100: the last one short
+
+    def run(paper: bool):
+        keras.utils.set_random_seed(0)
+        model = training.compile_as_paper(km.MAF(2, hidden_units=[8], num_layers=2, seed=0), "maf5",
+                                          jit_compile=False, steps_per_execution=1)
+        pipes = splits.pipelines(batch_size=100, seed=3)
+        if paper:
+            history, _ = training.fit_as_paper(model, pipes.train, pipes.validation, splits.x_train,
+                                               max_epochs=4, verbose=0, shuffle_epoch=pipes.epoch)
+        else:
+            from keras_models.batch_norm_statistics import BatchNormStatistics
+
+            history = model.fit(pipes.train, validation_data=pipes.validation, epochs=4, verbose=0,
+                                shuffle=False, callbacks=[training.ShuffleEpoch(pipes.epoch),
+                                                          BatchNormStatistics(splits.x_train)])
+        return history.history
+
+    paper, plain = run(True), run(False)
+    assert paper["loss"] == plain["loss"] and paper["val_loss"] == plain["val_loss"]
+
+
 def test_jit_compile_trains_and_matches_the_graph_loss():
     splits = _figure1()
     train, val, *_ = splits.pipelines(batch_size=100)

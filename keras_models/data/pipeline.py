@@ -14,11 +14,31 @@ memory-mapped array (``np.load(..., mmap_mode="r")``) trains without being read 
 from __future__ import annotations
 
 import typing
+import weakref
 
 import numpy as np
 import tensorflow as tf
 
 __all__ = ["Pipelines", "array_dataset", "make_pipelines"]
+
+# The shuffle counters that an `array_dataset` advances itself, pass by pass: by id,
+# each entry gone with its variable (TensorFlow's variables are not hashable).
+_SELF_COUNTING = weakref.WeakValueDictionary()
+
+
+def counts_its_passes(counter) -> bool:
+    """Whether ``counter`` is the shuffle counter of an `array_dataset`, which the
+    pipeline advances itself at each pass: one iterator of the repeated pipeline then
+    reads the same passes as a fresh iterator each epoch with the counter set to the
+    epoch (`keras_models.training.fit_as_paper` relies on it; not public API).
+
+    Args:
+      counter: an int64 `tf.Variable`, or anything else (False).
+
+    Returns:
+      A bool.
+    """
+    return _SELF_COUNTING.get(id(counter)) is counter
 
 
 class Pipelines(typing.NamedTuple):
@@ -86,6 +106,7 @@ def array_dataset(x: np.ndarray, y: np.ndarray | None = None, batch_size: int = 
     if shuffle:
         if epoch is None:
             epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="shuffle_epoch")
+        _SELF_COUNTING[id(epoch)] = epoch
         key = tf.constant(0 if seed is None else int(seed), tf.int64)
 
         def permutation(_):
