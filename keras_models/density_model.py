@@ -212,12 +212,19 @@ class DensityModel(keras.Model):
         >>> bool(np.all(model(x).numpy() == model.log_prob(x).numpy()))
         True
         """
-        x, y = _checks.check_x(self, x), _checks.check_y(self, y, "call log_prob(x, y)")
+        x, y = self._checked(x, y)
         if tf.executing_eagerly() and not training:
             # One traced program per model for every batch size: an eager TFP call costs
             # tens of milliseconds in Python, whatever the batch.
-            return self._traced("log_prob", y, lambda x, y: self._log_prob(x, y, False))(x, y)
+            return self._traced_log_prob(x, y)
         return self._log_prob(x, y, training)
+
+    def _traced_log_prob(self, x, y):
+        """log p(x | y) of checked inputs, with the stored statistics, by the model's
+        traced function of it. The test and predict steps call it too: the trace made
+        for validation then serves the user's later calls (each trace costs about 0.2 s
+        for a MAF (5), 2 cores)."""
+        return self._traced("log_prob", y, lambda x, y: self._log_prob(x, y, False))(x, y)
 
     def _log_prob(self, x, y, training) -> tf.Tensor:
         """log p(x | y) of checked inputs: the distribution's, or a subclass's faster
@@ -446,15 +453,16 @@ class DensityModel(keras.Model):
 
     def test_step(self, data):
         x, y, sample_weight = unpack(data)
-        with kernels_as_stored():  # no gradient is taken: the mask products would be a pass for nothing
-            log_prob = self.log_prob(x, y, training=False)
+        log_prob = self._traced_log_prob(*self._checked(x, y))
         self.loss_tracker.update_state(-_weighted_mean(log_prob, sample_weight))
         return self._logs()
 
     def predict_step(self, data):
         x, y, _ = unpack(data)  # Keras' own would read (x, y) as features and targets
-        with kernels_as_stored():
-            return self.log_prob(x, y, training=False)
+        return self._traced_log_prob(*self._checked(x, y))
+
+    def _checked(self, x, y):
+        return _checks.check_x(self, x), _checks.check_y(self, y, "call log_prob(x, y)")
 
     def _logs(self) -> dict:
         loss = self.loss_tracker.result()
