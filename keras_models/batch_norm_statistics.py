@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import weakref
 
 import keras
 import numpy as np
@@ -36,6 +37,17 @@ def batch_norm_layers(model) -> list[BatchNormState]:
     return [layer for layer in sublayers(model) if isinstance(layer, BatchNormState)]
 
 
+# A model's layers are set when it is built: found once (a walk of every attribute of
+# every layer costs a millisecond, at every validation).
+_LAYERS = weakref.WeakKeyDictionary()
+
+
+def _named_batch_norm_layers(model) -> dict:
+    if model not in _LAYERS:
+        _LAYERS[model] = {layer.name: layer for layer in batch_norm_layers(model)}
+    return _LAYERS[model]
+
+
 def set_batch_norm_statistics(model, x, y=None, batch_size: int | None = None) -> None:
     """Sets every batch norm of ``model`` (a `keras_models.DensityModel`) to the mean and
     variance of what reaches it from the training set ``x`` (and ``y``).
@@ -58,7 +70,7 @@ def set_batch_norm_statistics(model, x, y=None, batch_size: int | None = None) -
 
     See `keras_models.DensityModel.set_batch_norm_statistics` for an example.
     """
-    layers = {layer.name: layer for layer in batch_norm_layers(model)}
+    layers = _named_batch_norm_layers(model)
     if not layers:
         return
     x = np.asarray(x)
@@ -179,19 +191,20 @@ def _set_in_one_call(model, layers: dict, x, y, dtype) -> None:
     """The pass of `set_batch_norm_statistics` for a training set of one batch: one call
     of one traced function maps the rows and sets each batch norm before the rows go
     through it (the same figures, bitwise; one call instead of a dozen, whose overhead
-    was most of the pass on small data). The statistics are then checked as
-    `BatchNormState.set_statistics` checks them; on a failure the old ones come back."""
-    before = {name: (layer.mean.numpy(), layer.variance.numpy()) for name, layer in layers.items()}
+    was most of the pass on small data). The function also says whether every statistic
+    is one `BatchNormState.set_statistics` accepts; if not, the old ones come back and
+    the error is the one `set_statistics` raises."""
     y = None if y is None else tf.cast(y, dtype)
-    statistics = _one_call_pass(model, layers)(tf.cast(x, dtype), y)
-    try:
-        for name, (mean, variance) in statistics.items():
-            layers[name]._checked_statistics(mean.numpy(), variance.numpy())
-    except ValueError:
-        for name, (mean, variance) in before.items():
-            layers[name].mean.assign(mean)
-            layers[name].variance.assign(variance)
-        raise
+    before, statistics, valid = _one_call_pass(model, layers)(tf.cast(x, dtype), y)
+    if bool(valid):
+        return
+    for name, (mean, variance) in before.items():
+        layers[name].mean.assign(mean)
+        layers[name].variance.assign(variance)
+    for name, (mean, variance) in statistics.items():
+        layers[name]._checked_statistics(mean.numpy(), variance.numpy())
+    # (set_statistics accepts what the graph refused: the two checks disagree)
+    raise ValueError("the training set's batch-norm statistics are non-finite or negative.")
 
 
 def _one_call_pass(model, layers: dict):
@@ -203,7 +216,7 @@ def _one_call_pass(model, layers: dict):
 
     def run(rows, yy):
         dist = model.distribution(None if yy is None else yy[:1])
-        statistics = {}
+        before, statistics, valid = {}, {}, tf.constant(True)
         context = model.context(yy)
         with kernels_as_stored():  # no gradient: no kernel * mask products
             for bijector in dist.bijector.bijectors:
@@ -212,13 +225,18 @@ def _one_call_pass(model, layers: dict):
                     # The biased variance, as `_Moments` gives it for one batch.
                     variance = m2 / tf.cast(tf.shape(rows)[0], tf.float64)
                     layer = layers[bijector.name]
-                    layer.mean.assign(tf.cast(mean, layer.mean.dtype))
-                    layer.variance.assign(tf.cast(variance, layer.variance.dtype))
+                    before[bijector.name] = (tf.identity(layer.mean), tf.identity(layer.variance))
+                    mean, variance = tf.cast(mean, layer.mean.dtype), tf.cast(variance, layer.variance.dtype)
+                    # What `BatchNormState.set_statistics` accepts, in the variables' dtype.
+                    valid &= tf.reduce_all(tf.math.is_finite(mean)) & tf.reduce_all(tf.math.is_finite(variance))
+                    valid &= tf.reduce_all(variance >= 0)
+                    layer.mean.assign(mean)
+                    layer.variance.assign(variance)
                     statistics[bijector.name] = (mean, variance)
                     if len(statistics) == len(layers):
                         break  # nothing past the last batch norm needs the rows
                 rows = _inverse(bijector, rows, context)
-        return statistics
+        return before, statistics, valid
 
     return model._traced("batch-norm statistics in one call", None, run)
 

@@ -128,12 +128,17 @@ class StopOnNonFinite(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.message = None
-        self._good, self._good_epoch = self.model.get_weights(), None
+        self._good, self._good_epoch = self._snapshot(), None
 
     def on_epoch_end(self, epoch, logs=None):
         values = [v for k, v in (logs or {}).items() if k in ("loss", "val_loss")]
         if all(math.isfinite(_scalar(v)) for v in values):
-            self._good, self._good_epoch = self.model.get_weights(), epoch
+            self._good, self._good_epoch = self._snapshot(), epoch
+
+    def _snapshot(self):
+        # The weights' values as tensors: no copy until a step updates a variable (which
+        # then writes a new buffer); NumPy copies cost more than the epoch of a small model.
+        return [tf.convert_to_tensor(w) for w in self.model.weights]
 
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
