@@ -313,6 +313,7 @@ def _streams(train_ds, val_ds, counts: dict, shuffle_epoch):
         val_ds = val_ds.repeat()
     return train_ds, val_ds
 
+
 def _scalar(value) -> float:
     # Multi-worker logs are vectors of one (see DensityModel._logs).
     return float(np.mean(value))

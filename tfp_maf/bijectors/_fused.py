@@ -51,8 +51,8 @@ class FusedBijector(tfb.Bijector):
 
             log p(x) = log p_base(u_K) + sum_k log|det du_k/du_{k-1}|,   u_0 = x,
 
-        costs one pass of each part and traces a third fewer ops than
-        `tfd.TransformedDistribution.log_prob` over a `tfb.Chain`.
+        costs one pass of each part and traces about 30% fewer ops than
+        `tfd.TransformedDistribution.log_prob` over a `tfb.Chain` of the same parts.
 
         Args:
           x: ``batch + [D]``, a tensor or what converts to one in the bijector's dtype.
