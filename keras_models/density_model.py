@@ -417,9 +417,14 @@ class DensityModel(keras.Model):
             spec = getattr(iterator, "element_spec", None)
             key = None if spec is None else repr(spec)
             if key not in traced:
-                traced[key] = traced_on_purpose(
-                    step, jit_compile=self.jit_compile,
-                    **({"reduce_retracing": True} if spec is None else {"input_signature": [spec]}))
+                if spec is None:
+                    traced[key] = traced_on_purpose(step, jit_compile=self.jit_compile, reduce_retracing=True)
+                else:
+                    # Its one trace, called directly: a `tf.function` call first looks the trace
+                    # up, hashing the call's signature with its captured variables, 0.6 to 0.9
+                    # ms of a MAF (5)'s 4 ms step (2 cores).
+                    traced[key] = traced_on_purpose(
+                        step, jit_compile=self.jit_compile, input_signature=[spec]).get_concrete_function()
             return traced[key](next(iterator))  # StopIteration ends the epoch, as Keras expects
 
         return function
