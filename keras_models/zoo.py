@@ -36,7 +36,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import keras
@@ -309,12 +308,6 @@ class _FlowModel(DensityModel):
     def _base(self, y) -> tfd.Distribution:
         return _standard_normal(self.event_size, self.compute_dtype, y)
 
-    def _base_log_prob(self, u, y):
-        """log p_base(u) (``y`` the context): N(0, I) here, written out; a subclass with
-        another base asks it."""
-        half_log_two_pi = tf.constant(0.5 * math.log(2 * math.pi), u.dtype)
-        return -tf.reduce_sum(0.5 * tf.square(u) + half_log_two_pi, axis=-1)
-
     def _distribution(self, y, training):
         y = self.context(y, training)
         # A `tfb.Chain` whose cache entries die with the model's traces (`GraphLocalChain`).
@@ -331,7 +324,7 @@ class _FlowModel(DensityModel):
         for bijector in self._bijectors():  # data side first
             u, part = bijector.inverse_and_log_det(u, **tfp_maf.flow_kwargs(bijector, y, training))
             log_det += part
-        return self._base_log_prob(u, y) + log_det
+        return self._base(y).log_prob(u) + log_det
 
     def get_config(self):
         config = super().get_config()
@@ -665,10 +658,7 @@ class MAFMoG(MAF):
         self.base_made = self._made(order, "made_mog", self.num_components, seed=self.seed + self.num_layers)
 
     def _base(self, y):
-        return tfp_maf.MADEMoG(self.base_made)  # bound to y with the bijectors (`bind_kwargs`)
-
-    def _base_log_prob(self, u, y):
-        return tfp_maf.MADEMoG(self.base_made, conditional_input=y).log_prob(u)
+        return tfp_maf.MADEMoG(self.base_made, conditional_input=y)
 
 
 @keras.saving.register_keras_serializable(package="keras_models")
@@ -729,11 +719,14 @@ class MADEMoG(_FlowModel):
         super().__init__(event_size, **kwargs)
         self.made = self._made("left-to-right", "made_mog", self.num_components, seed=self.seed)
 
-    def _distribution(self, y, training):
-        return tfp_maf.MADEMoG(self.made, conditional_input=self.context(y, training))
+    def _bijectors(self):
+        return []  # the MADE MoG is the whole model: its base
 
-    def _log_prob(self, x, y, training):
-        return self._distribution(y, training).log_prob(x)  # one MADE MoG: no chain to walk
+    def _base(self, y):
+        return tfp_maf.MADEMoG(self.made, conditional_input=y)
+
+    def _distribution(self, y, training):
+        return self._base(self.context(y, training))  # the MADE MoG itself, not a transformed one
 
 
 @keras.saving.register_keras_serializable(package="keras_models")
