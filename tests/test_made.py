@@ -123,11 +123,36 @@ def test_bad_inputs_raise():
         MaskedDense(3, np.ones((2, 4)))
 
 
+@pytest.mark.parametrize("num_components", [None, 3])
+@pytest.mark.parametrize("hidden_units", [[8], []])
+def test_a_log_precision_head_gives_minus_half_its_outputs_as_log_scales(num_components, hidden_units):
+    # The same weights: every output as the log-scale head gives it, the scale outputs
+    # (read as log-precisions r) turned into log-scales -r / 2. Without hidden layers
+    # y's kernel feeds the outputs, and is scaled with them.
+    kw = dict(hidden_units=hidden_units, num_components=num_components, conditional_dims=2, seed=0)
+    log_scale, log_precision = MADENetwork(3, **kw), MADENetwork(3, scale_parameterization="log_precision", **kw)
+    randomize_weights(log_scale, seed=1)
+    log_precision.set_weights(log_scale.get_weights())
+    x, y = tf.random.normal([4, 3], seed=1), tf.random.normal([4, 2], seed=2)
+    a, b = log_scale(x, conditional_input=y), log_precision(x, conditional_input=y)
+    for u, v in zip(a[:-1], b[:-1], strict=True):
+        np.testing.assert_allclose(u, v, rtol=1e-6)
+    np.testing.assert_allclose(-0.5 * a[-1], b[-1], rtol=1e-6)
+
+
+def test_scale_parameterization_is_checked():
+    with pytest.raises(ValueError, match=r"scale_parameterization must be one of \('log_scale', 'log_precision'\)"):
+        MADENetwork(3, [8], scale_parameterization="log_variance")
+    with pytest.raises(ValueError, match="open head"):
+        MADENetwork(3, [8], params=5, scale_parameterization="log_precision")
+
+
 def test_config_round_trip_rebuilds_the_same_network():
     made = MADENetwork(
         4, [6, 5], num_components=2, activation="tanh", order=[3, 1, 0, 2],
         hidden_degrees="random", conditional_dims=3, seed=7,
         kernel_regularizer=keras.regularizers.L2(1e-6), conditional_input_layers="first_layer",
+        scale_parameterization="log_precision",
     )
     config = json.loads(json.dumps(made.get_config()))
     clone = MADENetwork.from_config(config)
@@ -140,6 +165,7 @@ def test_config_round_trip_rebuilds_the_same_network():
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(made))
     assert isinstance(restored, MADENetwork) and restored.num_components == 2
     assert restored.conditional_input_layers == "first_layer" and len(restored.conditional_kernels) == 1
+    assert restored.scale_parameterization == "log_precision"
 
 
 def test_regularizer_adds_losses_for_every_kernel():

@@ -202,3 +202,30 @@ def test_gradients_through_sampling_equal_the_plain_loop(mode, block):
         got, want = grads(fast), grads(plain)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("config", [CONFIGS[0], CONFIGS[2], CONFIGS[3]], ids=lambda c: f"D{c[0]}-{c[1]}-K{c[2]}-{c[4]}")
+def test_log_precision_heads_sample_as_the_plain_loop(config, monkeypatch):
+    # The fast sampler reads the output weights itself (`sampling_weights`), so it must
+    # turn the log-precisions into log-scales as the call does; with no hidden layers
+    # (CONFIGS[2]) y's kernel feeds the output and gives scale outputs too.
+    D, hidden, K, order, degrees = config
+    y = _y(config, 40)
+    kw = {} if y is None else {"conditional_input": y}
+    for num_components in (None, 3):
+        made = MADENetwork(D, hidden, num_components=num_components, conditional_dims=K, order=order,
+                           hidden_degrees=degrees, seed=3, scale_parameterization="log_precision")
+        randomize_weights(made, seed=1, scale=0.3 / np.sqrt(max(hidden + [D])))
+        if num_components is None:
+            b = MaskedAutoregressive(made)
+            u = tf.random.stateless_normal([40, D], seed=[1, 2])
+            (x1, a1), (x2, a2) = b._mask_aware_forward(u, y), b._plain_forward(u, y)
+            np.testing.assert_allclose(x1, x2, atol=1e-4)
+            np.testing.assert_allclose(a1, a2, atol=1e-4)
+            np.testing.assert_allclose(b.inverse(x1, **kw), u, atol=1e-4)
+        else:
+            dist = MADEMoG(made)
+            fast = dist.sample(40, seed=(5, 6), **kw)
+            with monkeypatch.context() as patch:
+                patch.setattr(MADEMoG, "_mask_aware_sample", MADEMoG._plain_sample)
+                np.testing.assert_allclose(fast, dist.sample(40, seed=(5, 6), **kw), atol=1e-4)

@@ -56,6 +56,16 @@ __all__ = [
 #: Where `MADENetwork` feeds the side information ``y`` (TFP's names for the choice).
 CONDITIONAL_INPUT_LAYERS = ("all_layers", "first_layer")
 
+#: What `MADENetwork`'s scale outputs are: log standard deviations, or log-precisions.
+SCALE_PARAMETERIZATIONS = ("log_scale", "log_precision")
+
+
+def check_scale_parameterization(value: str) -> str:
+    """``value`` if it is one of `SCALE_PARAMETERIZATIONS`, else a ValueError naming them."""
+    if value not in SCALE_PARAMETERIZATIONS:
+        raise ValueError(f"scale_parameterization must be one of {SCALE_PARAMETERIZATIONS}, got {value!r}.")
+    return value
+
 def check_conditional_input_layers(value: str) -> str:
     """``value`` if it is one of `CONDITIONAL_INPUT_LAYERS`, else a ValueError naming them."""
     if value not in CONDITIONAL_INPUT_LAYERS:
@@ -532,6 +542,13 @@ class MADENetwork(keras.layers.Layer):
         returned as one tensor ``[..., D, P]`` (for conditionals of other families:
         `tfp_maf.MaskedRationalQuadraticSpline` reads ``3 K - 1`` of them). Its output kernel starts at
         zero, as the Gaussian head's. Not with ``num_components``.
+      scale_parameterization: what the head's scale outputs are: ``"log_scale"`` (the
+        default), the log standard deviation ``a`` itself, or ``"log_precision"``, a
+        log-precision ``r`` read as ``a = -r / 2``, as the paper's published code has
+        it. The family of densities is the same; an optimizer whose steps have a fixed
+        size, as Adam's, then moves the log-scales half as far per step, and the
+        initializers draw ``r``. The output layer's weights hold ``r``'s; the call
+        returns ``a`` either way. Not with ``params``.
       **kwargs: Keras' layer arguments (``name``, ``dtype``, ...).
 
     Attributes:
@@ -552,7 +569,9 @@ class MADENetwork(keras.layers.Layer):
       ValueError: at construction, if ``event_size``, ``num_components`` or
         ``conditional_dims`` or ``params`` is below 1, both ``num_components`` and
         ``params`` are set, ``kernel_blocks`` is neither ``"auto"`` nor
-        an int >= 1, ``kernel_blocks_device`` is not a device kind, ``order`` is not
+        an int >= 1, ``kernel_blocks_device`` is not a device kind,
+        ``scale_parameterization`` is not one of `SCALE_PARAMETERIZATIONS` (or is not
+        ``"log_scale"`` with ``params``), ``order`` is not
         an order, ``hidden_degrees`` is not a method, or a hidden layer has no
         units; at call time, if the last axis of ``x`` is not ``D``, or ``y`` is
         missing, unexpected or of the wrong width.
@@ -607,6 +626,7 @@ class MADENetwork(keras.layers.Layer):
         kernel_blocks: int | str = "auto",
         kernel_blocks_device: str | None = None,
         params: int | None = None,
+        scale_parameterization: str = "log_scale",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -620,6 +640,10 @@ class MADENetwork(keras.layers.Layer):
             raise ValueError(
                 f"params must be >= 1 or None, and None with num_components; got params={params}, "
                 f"num_components={num_components}.")
+        self.scale_parameterization = check_scale_parameterization(scale_parameterization)
+        if params is not None and scale_parameterization != "log_scale":
+            raise ValueError(f"scale_parameterization must be 'log_scale' with the open head (params={params}), "
+                             f"which has no scale outputs; got {scale_parameterization!r}.")
         self.params = None if params is None else int(params)
         self.event_size = int(event_size)
         self.hidden_units = [int(h) for h in hidden_units]
@@ -695,7 +719,25 @@ class MADENetwork(keras.layers.Layer):
                 for i, w in enumerate(widths)
             ]
         self.sampling_tuning = sampling.Tuning()
+        self._output_factors = self._scale_output_factors()
         self.built = True
+
+    def _scale_output_factors(self) -> np.ndarray | None:
+        """Per output unit ``[D * P]``: -1/2 on the scale outputs of a log-precision
+        head, 1 elsewhere; None for a log-scale head (nothing to multiply)."""
+        if self.scale_parameterization == "log_scale":
+            return None
+        P = self.params_per_dim
+        scales = 1 if self.num_components is None else self.num_components  # the last outputs of each variable
+        factors = np.ones(P)
+        factors[P - scales:] = -0.5
+        return np.tile(factors, self.event_size)  # output unit d * P + p (the mask's repeat)
+
+    def _to_scale_outputs(self, t):
+        """``t`` ``[..., D * P]`` in output units' order, the scale outputs turned into log-scales."""
+        if self._output_factors is None:
+            return t
+        return t * tf.constant(self._output_factors, t.dtype)
 
     def _blocks(self, mask) -> int:
         """`MaskedDense`'s ``blocks`` for a layer of this mask."""
@@ -773,10 +815,14 @@ class MADENetwork(keras.layers.Layer):
 
     def sampling_weights(self) -> dict:
         """The weights as tensors, masks applied, in the structure `tfp_maf.sampling` reads."""
+        conditional = [tf.convert_to_tensor(v) for v in self.conditional_kernels]
+        if conditional and not self.hidden_layers:  # y feeds the output: its kernel gives outputs too
+            conditional = [self._to_scale_outputs(conditional[0])]
         return {
             "hidden": [(layer.masked_kernel(), tf.convert_to_tensor(layer.bias)) for layer in self.hidden_layers],
-            "output": (self.output_layer.masked_kernel(), tf.convert_to_tensor(self.output_layer.bias)),
-            "conditional": [tf.convert_to_tensor(v) for v in self.conditional_kernels],
+            "output": (self._to_scale_outputs(self.output_layer.masked_kernel()),
+                       self._to_scale_outputs(tf.convert_to_tensor(self.output_layer.bias))),
+            "conditional": conditional,
         }
 
     def conditional_terms(self, y):
@@ -802,7 +848,7 @@ class MADENetwork(keras.layers.Layer):
             h, order = layer.call_in_order(h, order, addend=y_term)
             h = self.activation(h)
         out, order = self.output_layer.call_in_order(h, order, addend=None if self.hidden_layers else y_terms[0])
-        return reorder(out, order, None)
+        return self._to_scale_outputs(reorder(out, order, None))
 
     def call(self, x, conditional_input=None):
         x2d, y, batch_shape = self._flatten(x, conditional_input)
@@ -843,5 +889,6 @@ class MADENetwork(keras.layers.Layer):
             kernel_blocks=self.kernel_blocks,
             kernel_blocks_device=self.kernel_blocks_device,
             params=self.params,
+            scale_parameterization=self.scale_parameterization,
         )
         return config
