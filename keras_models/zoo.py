@@ -49,7 +49,7 @@ from keras_models.density_model import DensityModel
 from keras_models.initialization import made_initializers
 from tfp_maf._devices import check_device_kind
 from tfp_maf.bijectors._cache import GraphLocalChain
-from tfp_maf.layers.made import check_conditional_input_layers
+from tfp_maf.layers.made import check_conditional_input_layers, check_scale_parameterization
 from tfp_maf.splines import num_spline_params
 
 tfd = tfp.distributions
@@ -201,6 +201,11 @@ class _FlowModel(DensityModel):
     paper's published code; `keras_models.initialization`). Real NVP's networks start
     as by default either way.
 
+    ``scale_parameterization``: what each MADE's scale outputs are, ``"log_scale"`` (the
+    default) or ``"log_precision"`` (the published code's; `tfp_maf.MADENetwork`): the
+    same densities, the log-scales moving half as far per Adam step. Real NVP's scale
+    networks and the spline flow's heads are as by default either way.
+
     ``conditional_input_layers``: which hidden layers of each MADE the side information
     feeds, ``"all_layers"`` (the default) or ``"first_layer"`` (the published code's
     wiring; `tfp_maf.MADENetwork`). Real NVP's networks take it at their input either way.
@@ -236,6 +241,7 @@ class _FlowModel(DensityModel):
         initialization: str = "default",
         conditional_input_layers: str = "all_layers",
         context_network: keras.layers.Layer | None = None,
+        scale_parameterization: str = "log_scale",
         **kwargs,
     ):
         super().__init__(event_size, conditional_dims, **kwargs)
@@ -246,6 +252,7 @@ class _FlowModel(DensityModel):
         self.initialization = initialization
         # Checked here too: Real NVP builds no MADE that would refuse a wrong one.
         self.conditional_input_layers = check_conditional_input_layers(conditional_input_layers)
+        self.scale_parameterization = check_scale_parameterization(scale_parameterization)
         self.kernel_blocks = kernel_blocks
         self.kernel_blocks_device = check_device_kind(kernel_blocks_device)
         self.hidden_units = [int(h) for h in hidden_units]
@@ -291,6 +298,8 @@ class _FlowModel(DensityModel):
             hidden_degrees=self.hidden_degrees, seed=seed, kernel_regularizer=_regularizer(self.l2),
             conditional_input_layers=self.conditional_input_layers,
             kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
+            # The open head (params) has no scale outputs to read otherwise.
+            scale_parameterization=self.scale_parameterization if params is None else "log_scale",
             dtype=self.dtype_policy, name=name, **made_initializers(self.initialization, num_components),
         )
 
@@ -336,6 +345,7 @@ class _FlowModel(DensityModel):
             kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
             initialization=self.initialization,
             conditional_input_layers=self.conditional_input_layers,
+            scale_parameterization=self.scale_parameterization,
             context_network=(None if self.context_network is None
                              else keras.saving.serialize_keras_object(self.context_network)),
         )
