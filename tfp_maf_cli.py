@@ -51,10 +51,11 @@ _RESUMABLE_CHANGES = {"verbose", "quiet", "max_minutes", "func"}
 MODEL_NAMES = ("gaussian", "made", "made-mog", "maf-mog5", "maf10", "maf5", "nsf5", "realnvp10", "realnvp5")
 DATASET_NAMES = ("bsds300", "cifar10", "figure1", "gas", "hepmass", "miniboone", "mnist", "power")
 # keras_models.presets.PROTOCOLS, written out: parsing the command line imports no TensorFlow.
-PROTOCOLS = ("paper", "published")
+PROTOCOLS = ("paper", "published", "published-log-scale")
 PROTOCOL_HELP = ("paper (default): the paper's text and table of options; published: the authors' published "
                  "code where the paper is silent (its initialisation, MNIST at 2 x 1,024, the label into "
-                 "the first hidden layer only)")
+                 "the first hidden layer only, MADE heads that output log-precisions); published-log-scale: "
+                 "published with log-scale heads")
 
 
 #: Arguments of ``train`` added in later versions, with the behaviour that runs made before had.

@@ -282,6 +282,8 @@ def _stop_reason(row, budget) -> str:
 def markdown_table(result: dict) -> str:
     """Our test log-likelihood beside the paper's, with each row's budget and
     whether early stopping was reached."""
+    from keras_models import presets
+
     title = result["dataset"] + (" (conditional)" if result["conditional"] else "")
     lines = [
         f"## {title}",
@@ -305,7 +307,7 @@ def markdown_table(result: dict) -> str:
         label = row["model"] if row.get("paper_step_size", True) else (
             f"{row['model']} (step size {row['learning_rate']:g}, not the paper's)")
         if row.get("protocol", "paper") != "paper":
-            label += f" ({row['protocol']} code's protocol)"
+            label += f" ({presets.PROTOCOL_LABELS[row['protocol']].removeprefix('the ')})"
         lines.append(
             f"| {label} | {row['hidden_units'] or '-'} | "
             f"{_fmt(row['test_log_likelihood'], row['test_log_likelihood_2se'])} | {paper_text} | {gap} | {within} | "

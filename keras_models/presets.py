@@ -12,20 +12,24 @@ Example:
 >>> HIDDEN_UNIT_OPTIONS["bsds300"]
 ([512], [512, 512], [1024], [1024, 1024])
 
-Two protocols: ``"paper"`` follows the paper's text and table of options;
+Protocols: ``"paper"`` follows the paper's text and table of options;
 ``"published"`` follows the authors' published code where the paper is silent: its
 initialisation (`keras_models.initialization`), its hidden sizes where they differ
-from the table (MNIST: two layers of 1,024 for every model), and its wiring of the side
-information (into each MADE's first hidden layer only).
+from the table (MNIST: two layers of 1,024 for every model), its wiring of the side
+information (into each MADE's first hidden layer only) and its MADE heads, which output
+log-precisions (``scale_parameterization="log_precision"``). ``"published-log-scale"`` is
+``"published"`` with this library's log-scale heads: the one difference, isolated.
 
 >>> model_kwargs("mnist", protocol="published")["hidden_units"]
 [1024, 1024]
+>>> model_kwargs("mnist", protocol="published")["scale_parameterization"]
+'log_precision'
 """
 
 from __future__ import annotations
 
-__all__ = ["HIDDEN_UNIT_OPTIONS", "PROTOCOLS", "PUBLISHED_HIDDEN_UNIT_OPTIONS", "hidden_unit_options",
-           "model_kwargs"]
+__all__ = ["HIDDEN_UNIT_OPTIONS", "PROTOCOLS", "PROTOCOL_LABELS", "PUBLISHED_HIDDEN_UNIT_OPTIONS",
+           "hidden_unit_options", "model_kwargs"]
 
 HIDDEN_UNIT_OPTIONS = {
     # The embedded default is not in the paper: two layers of 100 learn it well.
@@ -43,8 +47,16 @@ HIDDEN_UNIT_OPTIONS = {
 #: (``run_experiments.py`` trains every MNIST model with 2 x 1,024).
 PUBLISHED_HIDDEN_UNIT_OPTIONS = {"mnist": ([1024, 1024],)}
 
-#: ``"paper"``: the paper's text and table; ``"published"``: the authors' code where the paper is silent.
-PROTOCOLS = ("paper", "published")
+#: ``"paper"``: the paper's text and table; ``"published"``: the authors' code where the paper is
+#: silent; ``"published-log-scale"``: that code's protocol with log-scale MADE heads.
+PROTOCOLS = ("paper", "published", "published-log-scale")
+
+#: How a results table names a protocol's rows.
+PROTOCOL_LABELS = {
+    "paper": "the paper's protocol",
+    "published": "the published code's protocol",
+    "published-log-scale": "the published code's protocol, log-scale heads",
+}
 
 _ACTIVATIONS = {"gas": "tanh"}
 _RANDOM_DEGREES = {"cifar10"}
@@ -60,7 +72,7 @@ def hidden_unit_options(dataset: str, protocol: str = "paper") -> tuple:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}.")
     if dataset not in HIDDEN_UNIT_OPTIONS:
         raise ValueError(f"no preset for dataset {dataset!r}; expected one of {sorted(HIDDEN_UNIT_OPTIONS)}.")
-    if protocol == "published":
+    if protocol != "paper":
         return PUBLISHED_HIDDEN_UNIT_OPTIONS.get(dataset, HIDDEN_UNIT_OPTIONS[dataset])
     return HIDDEN_UNIT_OPTIONS[dataset]
 
@@ -72,12 +84,13 @@ def model_kwargs(dataset: str, option: int = 0, protocol: str = "paper") -> dict
     Args:
       dataset: a name of `keras_models.data.load`.
       option: the index into `hidden_unit_options` of ``dataset``.
-      protocol: ``"paper"`` or ``"published"`` (`PROTOCOLS`).
+      protocol: one of `PROTOCOLS`.
 
     Returns:
       ``{"hidden_units": [...], "activation": ..., "hidden_degrees": ...}`` (and
       ``"initialization": "published"``, ``"conditional_input_layers": "first_layer"``
-      under that protocol), to pass to a zoo model or `keras_models.build`.
+      under the published protocols, and ``"scale_parameterization": "log_precision"``
+      under ``"published"``), to pass to a zoo model or `keras_models.build`.
 
     Raises:
       ValueError: for an unknown dataset or protocol, or an option out of range.
@@ -90,6 +103,8 @@ def model_kwargs(dataset: str, option: int = 0, protocol: str = "paper") -> dict
         "activation": _ACTIVATIONS.get(dataset, "relu"),
         "hidden_degrees": "random" if dataset in _RANDOM_DEGREES else "sequential",
     }
-    if protocol == "published":
+    if protocol != "paper":
         kwargs.update(initialization="published", conditional_input_layers="first_layer")
+    if protocol == "published":
+        kwargs.update(scale_parameterization="log_precision")
     return kwargs
