@@ -66,6 +66,7 @@ def check_scale_parameterization(value: str) -> str:
         raise ValueError(f"scale_parameterization must be one of {SCALE_PARAMETERIZATIONS}, got {value!r}.")
     return value
 
+
 def check_conditional_input_layers(value: str) -> str:
     """``value`` if it is one of `CONDITIONAL_INPUT_LAYERS`, else a ValueError naming them."""
     if value not in CONDITIONAL_INPUT_LAYERS:
@@ -570,8 +571,8 @@ class MADENetwork(keras.layers.Layer):
         ``conditional_dims`` or ``params`` is below 1, both ``num_components`` and
         ``params`` are set, ``kernel_blocks`` is neither ``"auto"`` nor
         an int >= 1, ``kernel_blocks_device`` is not a device kind,
-        ``scale_parameterization`` is not one of `SCALE_PARAMETERIZATIONS` (or is not
-        ``"log_scale"`` with ``params``), ``order`` is not
+        ``scale_parameterization`` is neither ``"log_scale"`` nor ``"log_precision"``
+        (or is not ``"log_scale"`` with ``params``), ``order`` is not
         an order, ``hidden_degrees`` is not a method, or a hidden layer has no
         units; at call time, if the last axis of ``x`` is not ``D``, or ``y`` is
         missing, unexpected or of the wrong width.
