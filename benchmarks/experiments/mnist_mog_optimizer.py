@@ -101,7 +101,7 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     args = parser.parse_args(argv)
-    path = result_path("mnist_mog_optimizer", machine_kind()).with_suffix(".json")
+    path = result_path("mnist_mog_optimizer", machine_kind())
     done = {}
     if path.exists():  # continue a run: keep the variants trained for the same number of epochs
         previous = json.loads(path.read_text())
