@@ -27,6 +27,7 @@ import math
 import os
 import sys
 import time
+import warnings
 import weakref
 from pathlib import Path
 
@@ -375,7 +376,8 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
         the step size: ``"made"`` and ``"made-mog"`` get ``1e-3``, every other name
         ``1e-4``.
       jit_compile: compile the steps with XLA (Keras' ``jit_compile``), or
-        ``"auto"``: with XLA unless `fit_as_paper` finds the run too short for it.
+        ``"auto"``: with XLA where Keras supports it (not with TensorFlow's op
+        determinism enabled), unless `fit_as_paper` finds the run too short for it.
       steps_per_execution: training steps per call into the compiled loop; None: 10,
         or 1 where ``"auto"`` turns XLA off.
       learning_rate: Adam's step size, overriding the paper's.
@@ -397,18 +399,26 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
     steps_per_execution = 10 if auto_steps else steps_per_execution
     if tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1:
         jit_compile, steps_per_execution = False, 1
-    if jit_compile == "auto":  # Keras' own "auto" means XLA wherever it is supported
+    auto = jit_compile == "auto"
+    if auto:
+        # Keras' own "auto" turns XLA off on every CPU-only machine, where it pays here.
         _XLA_AUTO[model] = auto_steps
         jit_compile = True
     else:
         _XLA_AUTO.pop(model, None)
-    model.compile(
-        optimizer=FusedAdam(learning_rate or LEARNING_RATES.get(model_name, 1e-4)),
-        jit_compile=jit_compile,
-        # Several steps per call into the compiled function: Keras' per-call Python
-        # overhead (milliseconds) otherwise dominates the steps of small models.
-        steps_per_execution=steps_per_execution,
-    )
+    with warnings.catch_warnings():
+        if auto:
+            # Where Keras cannot use XLA (TensorFlow's op determinism enabled, a layer
+            # without XLA support) it compiles without and warns that True was refused:
+            # "auto" asked for XLA only where it is supported, so the warning is noise.
+            warnings.filterwarnings("ignore", message="Model doesn't support `jit_compile=True`")
+        model.compile(
+            optimizer=FusedAdam(learning_rate or LEARNING_RATES.get(model_name, 1e-4)),
+            jit_compile=jit_compile,
+            # Several steps per call into the compiled function: Keras' per-call Python
+            # overhead (milliseconds) otherwise dominates the steps of small models.
+            steps_per_execution=steps_per_execution,
+        )
     return model
 
 

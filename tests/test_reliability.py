@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import keras
@@ -112,6 +113,18 @@ def test_the_same_seed_gives_identical_weights(op_determinism):
         np.testing.assert_array_equal(a, b)
     other = _steps(4)
     assert any(not np.array_equal(a, b) for a, b in zip(first, other, strict=True))
+
+
+def test_op_determinism_turns_auto_xla_off_without_a_warning(op_determinism):
+    # Keras compiles without XLA under op determinism; "auto" asked for XLA only where
+    # it is supported, so only an explicit True keeps Keras' warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = training.compile_as_paper(km.MADE(2, hidden_units=[4]), "made")
+    assert model.jit_compile is False
+    with pytest.warns(UserWarning, match="jit_compile=True"):
+        explicit = training.compile_as_paper(km.MADE(2, hidden_units=[4]), "made", jit_compile=True)
+    assert explicit.jit_compile is False
 
 
 # ----------------------------------------------------------------------------- numerical safety
