@@ -36,8 +36,7 @@ class FusedAdam(keras.optimizers.Adam):
     accumulation, EMA) is Keras' own. With ``amsgrad=True``, or for a variable that is
     not a resource variable, the update is Keras' own.
 
-    Args:
-      *args, **kwargs: as `keras.optimizers.Adam`'s.
+    It takes `keras.optimizers.Adam`'s arguments.
 
     Example:
 

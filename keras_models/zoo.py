@@ -585,13 +585,22 @@ class NSF(MAF):
         https://arxiv.org/abs/1906.04032
     """
 
-    def __init__(self, event_size: int, *, bins: int = 8, bound: float = 5.0, **kwargs):
+    def __init__(
+        self,
+        event_size: int,
+        *,
+        num_layers: int = 5,
+        bins: int = 8,
+        bound: float = 5.0,
+        batch_norm: bool = True,
+        **kwargs,
+    ):
         num_spline_params(bins)  # refuses bins < 1 before anything is built
         if not float(bound) > 0:
             raise ValueError(f"bound must be positive, got {bound}.")
         self.bins, self.bound = int(bins), float(bound)
         kwargs.setdefault("name", "nsf")
-        super().__init__(event_size, **kwargs)
+        super().__init__(event_size, num_layers=num_layers, batch_norm=batch_norm, **kwargs)
 
     def _made(self, order, name, num_components=None, seed=0, params=None):
         return super()._made(order, name, num_components, seed, params=num_spline_params(self.bins))

@@ -117,8 +117,8 @@ def rational_quadratic_spline(z, widths, heights, slopes, bound: float, inverse:
     Args:
       z: ``[...]``: the input ``x`` (``inverse=False``) or the output ``y``
         (``inverse=True``) of the spline.
-      widths, heights: ``[..., K]`` bin sizes summing to ``2 bound``
-        (`spline_parameters`).
+      widths: ``[..., K]`` bin widths summing to ``2 bound`` (`spline_parameters`).
+      heights: ``[..., K]`` bin heights summing to ``2 bound``.
       slopes: ``[..., K - 1]`` positive slopes at the inner knots.
       bound: ``B``; outside ``[-B, B]`` the map is the identity.
       inverse: whether to invert the spline.
