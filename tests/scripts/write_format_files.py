@@ -29,6 +29,8 @@ CASES = {
     "maf_mog": (km.MAFMoG, dict(hidden_units=[8], num_layers=2, num_components=3), False),
     "realnvp_cond": (km.RealNVP, dict(hidden_units=[8], num_layers=2, conditional_dims=4), True),
 }
+if hasattr(km, "NSF"):  # from 0.4.0
+    CASES["nsf"] = (km.NSF, dict(hidden_units=[8], num_layers=2, bins=4), False)
 WEIGHTS_ONLY = "maf_cond"
 
 
