@@ -31,6 +31,11 @@ CASES = {
 }
 if hasattr(km, "NSF"):  # from 0.4.0
     CASES["nsf"] = (km.NSF, dict(hidden_units=[8], num_layers=2, bins=4), False)
+    # The published code's protocol (`tfp-maf reproduce --protocol published`).
+    published = dict(initialization="published", conditional_input_layers="first_layer",
+                     scale_parameterization="log_precision")
+    CASES["maf_mog_published_cond"] = (km.MAFMoG, dict(
+        hidden_units=[8, 8], num_layers=2, num_components=3, conditional_dims=4, **published), True)
 WEIGHTS_ONLY = "maf_cond"
 
 
