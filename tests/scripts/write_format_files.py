@@ -48,13 +48,10 @@ def main(out: pathlib.Path) -> None:
     for name, (cls, kwargs, conditional) in CASES.items():
         model = cls(3, **kwargs)
         training.compile_as_paper(model, jit_compile=False)
-        model.fit((x, y) if conditional else x, batch_size=50, epochs=2, verbose=0)
-        if conditional:
-            model.set_batch_norm_statistics(x, y)
-            log_probs[name] = np.asarray(model.log_prob(x[:10], y[:10]))
-        else:
-            model.set_batch_norm_statistics(x)
-            log_probs[name] = np.asarray(model.log_prob(x[:10]))
+        inputs = (x, y) if conditional else (x,)
+        model.fit(inputs if conditional else x, batch_size=50, epochs=2, verbose=0)
+        model.set_batch_norm_statistics(*inputs)
+        log_probs[name] = np.asarray(model.log_prob(*(a[:10] for a in inputs)))
         model.save(out / f"{name}.keras")
         if name == WEIGHTS_ONLY:
             model.save_weights(out / f"{name}.weights.h5")
