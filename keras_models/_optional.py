@@ -23,8 +23,9 @@ class MissingOptionalDependency(ImportError):
     the feature and the install command."""
 
 
-def require(module_name: str, feature: str) -> types.ModuleType:
-    """Imports ``module_name`` for ``feature``, or raises `MissingOptionalDependency`.
+def require(module_name: str, feature: str, extra: str = "paper") -> types.ModuleType:
+    """Imports ``module_name`` for ``feature``, or raises `MissingOptionalDependency`
+    naming the extra that installs it (``"paper"``, or ``"portable"``: the converters).
 
     >>> require("math", "arithmetic").sqrt(4.0)
     2.0
@@ -39,7 +40,8 @@ def require(module_name: str, feature: str) -> types.ModuleType:
     except ModuleNotFoundError as err:
         # err.name is the module that is missing: module_name, or one of its own imports
         # (tensorflow-datasets imports importlib_resources without declaring it).
+        install = f'pip install "tfp-maf[{extra}]"'
         raise MissingOptionalDependency(
-            f"{feature} needs the paper extra: {INSTALL} (no module named {err.name or module_name!r})",
+            f"{feature} needs the {extra} extra: {install} (no module named {err.name or module_name!r})",
             name=module_name,
         ) from err

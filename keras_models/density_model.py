@@ -16,7 +16,7 @@ from tfp_maf._graph_memory import (
     traced_on_purpose,
 )
 from tfp_maf.layers import kernels_as_stored, mask_gradients
-from tfp_maf.sampling import without_gradients
+from tfp_maf.sampling import full_passes, without_gradients
 
 tfd = tfp.distributions
 
@@ -295,6 +295,48 @@ class DensityModel(keras.Model):
             if y is not None and y.shape.rank == 2:
                 return dist.sample(seed=seed)  # one x per row of y
             return dist.sample(n, seed=seed)
+
+    @_no_autograph
+    def sample_from_noise(self, noise, y=None) -> tf.Tensor:
+        """Samples as a deterministic function of the base noise: ``x = f(noise)``.
+
+        ``noise`` is what the model draws first, standard normal ``[n, D]``; this maps
+        it through the flow, so that a caller who draws the noise (a client of the
+        ONNX or LiteRT export, `keras_models.portable`) gets exact samples. The graph
+        is the one those formats take (`tfp_maf.sampling.full_passes`: D passes of each
+        MADE rather than about one), so `sample` is faster where TensorFlow runs.
+
+        Args:
+          noise: ``[n, D]``, standard normal draws (NumPy or tensor).
+          y: for a conditional model ``[n, K]`` or ``[1, K]``; else None. The
+            conditional `Gaussian` reads a one-hot ``y`` (its class).
+
+        Returns:
+          ``[n, D]`` samples in the model's dtype.
+
+        Raises:
+          NotImplementedError: for the mixture models (`MADEMoG`, `MAFMoG`), whose
+            component choice needs noise of another form.
+          ValueError: as `log_prob`, for ``noise`` in place of ``x``.
+
+        Example:
+
+        >>> import numpy as np
+        >>> from keras_models import MAF
+        >>> model = MAF(2, hidden_units=[8], num_layers=2)
+        >>> noise = np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)
+        >>> model.sample_from_noise(noise).shape
+        TensorShape([3, 2])
+        """
+        noise = _checks.check_x(self, noise)
+        y = _checks.check_y(self, y, "call sample_from_noise(noise, y)")
+        with full_passes(), without_gradients(), kernels_as_stored():
+            return self._from_noise(noise, y)
+
+    def _from_noise(self, noise, y) -> tf.Tensor:
+        raise NotImplementedError(
+            f"{self.name}: sample_from_noise is not offered for {type(self).__name__}: its samples "
+            "choose a mixture component per variable, which needs noise of another form.")
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
         """Keras' export, with this model's endpoints (`keras_models.export`): ``serve``

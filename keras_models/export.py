@@ -1,4 +1,4 @@
-"""SavedModel export: ``serve``, ``log_prob`` and ``sample`` as a serving client reads them.
+"""SavedModel export: the signatures a serving client reads (`export_saved_model`).
 
 `export_saved_model` writes the SavedModel; ``model.export(path)`` of every
 `keras_models.DensityModel` calls it.
@@ -10,12 +10,14 @@ import tensorflow as tf
 
 from keras_models._checks import unpack
 from keras_models.density_model import DensityModel
+from tfp_maf.sampling import full_passes
 
 __all__ = ["export_saved_model"]
 
 
-def export_saved_model(model: DensityModel, path: str, verbose: bool = False, input_signature=None) -> None:
-    """Writes a TensorFlow SavedModel with three signatures, for TF Serving and Python alike.
+def export_saved_model(model: DensityModel, path: str, verbose: bool = False, input_signature=None,
+                       portable: bool = False) -> None:
+    """Writes a TensorFlow SavedModel with its signatures, for TF Serving and Python alike.
 
     The signatures, as ``saved_model_cli show --all`` lists them (``-1``: any size;
     ``D = model.event_size``, ``K = model.conditional_dims``, float: the model's dtype;
@@ -25,8 +27,13 @@ def export_saved_model(model: DensityModel, path: str, verbose: bool = False, in
         log_prob                 x float [-1, D], y float [-1, K]   -> log_prob float [-1]
         sample                   n int32 [], seed int32 [2],
                                  y float unknown_rank               -> samples float [-1, D]
+        sample_from_noise        noise float [-1, D], y float [-1, K]
+                                                                    -> samples float [-1, D]
 
     ``serving_default`` is ``serve``, as Keras' own ``model.export`` makes it.
+    ``sample_from_noise`` is `DensityModel.sample_from_noise`: the samples that
+    standard normal ``noise`` gives, for a client that draws the noise itself (every
+    model but the mixtures, `MADEMoG` and `MAFMoG`, which lack it).
     ``log_prob`` is log p(x) (log p(x | y)) per row; ``y`` has one row per row of ``x``,
     or a single row for all of them. ``sample`` gives ``n`` draws, the same for the
     same ``seed`` (two int32s) and the same as the Python API's ``model.sample(n, y,
@@ -63,6 +70,9 @@ def export_saved_model(model: DensityModel, path: str, verbose: bool = False, in
       input_signature: ``serve``'s, as Keras' ``model.export`` takes it (default:
         ``[x]``, or ``[(x, y)]`` for a conditional model, with any number of rows, in
         the model's dtype).
+      portable: trace every signature with the ops that ONNX and LiteRT converters
+        take (`tfp_maf.sampling.full_passes`), as `keras_models.portable` does; the
+        values are the same, some signatures slower (D passes of a MADE to sample).
 
     Example: export, then load with TensorFlow alone and call each endpoint:
 
@@ -78,7 +88,7 @@ def export_saved_model(model: DensityModel, path: str, verbose: bool = False, in
     >>> served.sample(tf.constant(4), tf.constant([0, 1])).shape
     TensorShape([4, 2])
     >>> sorted(served.signatures)
-    ['log_prob', 'sample', 'serve', 'serving_default']
+    ['log_prob', 'sample', 'sample_from_noise', 'serve', 'serving_default']
     >>> served.signatures["serve"](x=tf.constant(x))["log_prob"].shape  # as TF Serving calls it
     TensorShape([3])
     """
@@ -86,6 +96,7 @@ def export_saved_model(model: DensityModel, path: str, verbose: bool = False, in
     dtype = tf.as_dtype(model.compute_dtype)
     checks = _GraphChecks(model)
     x_spec = tf.TensorSpec([None, D], dtype, name="x")
+    noise_spec = tf.TensorSpec([None, D], dtype, name="noise")
     n_spec = tf.TensorSpec([], tf.int32, name="n")
     seed_spec = tf.TensorSpec([2], tf.int32, name="seed")
 
@@ -95,7 +106,7 @@ def export_saved_model(model: DensityModel, path: str, verbose: bool = False, in
         return model(x if y is None else (x, y), training=False)
 
     if K is None:
-        specs = {"log_prob": [x_spec], "sample": [n_spec, seed_spec]}
+        specs = {"log_prob": [x_spec], "sample": [n_spec, seed_spec], "sample_from_noise": [noise_spec]}
         serve_signature = [x_spec]
 
         def log_prob(x):
@@ -103,9 +114,13 @@ def export_saved_model(model: DensityModel, path: str, verbose: bool = False, in
 
         def sample(n, seed):
             return model.sample(checks.count(n), seed=seed)
+
+        def sample_from_noise(noise):
+            return model.sample_from_noise(checks.x_and_y(noise, None, "sample_from_noise", "noise")[0])
     else:
         y_spec = tf.TensorSpec([None, K], dtype, name="y")
-        specs = {"log_prob": [x_spec, y_spec], "sample": [n_spec, seed_spec, tf.TensorSpec(None, dtype, name="y")]}
+        specs = {"log_prob": [x_spec, y_spec], "sample": [n_spec, seed_spec, tf.TensorSpec(None, dtype, name="y")],
+                 "sample_from_noise": [noise_spec, y_spec]}
         serve_signature = [(x_spec, y_spec)]
 
         def log_prob(x, y):
@@ -117,37 +132,79 @@ def export_saved_model(model: DensityModel, path: str, verbose: bool = False, in
             # TFP's sampler divides by the rows of y: n = 0 draws nothing rather than run it.
             return tf.cond(n > 0, lambda: model.sample(n, y, seed=seed), lambda: tf.zeros([0, D], dtype))
 
+        def sample_from_noise(noise, y):
+            return model.sample_from_noise(*checks.x_and_y(noise, y, "sample_from_noise", "noise"))
+
     specs["serve"] = tf.nest.map_structure(_tensor_spec, input_signature or serve_signature)
-    # A public trackable that takes any attribute (a tf.Module's ``variables`` is a
-    # read-only property): the loaded object has the variable lists Keras' TFSMLayer reads.
-    root = tf.train.Checkpoint()
-    root.variables = list(model.variables)
-    root.trainable_variables = list(model.trainable_variables)
-    root.non_trainable_variables = list(model.non_trainable_variables)
-    outputs = {"serve": ("log_prob", [-1]), "log_prob": ("log_prob", [-1]), "sample": ("samples", [-1, D])}
+    root = tf.train.Checkpoint()  # a public trackable that takes any attribute
+    outputs = {"serve": ("log_prob", [-1]), "log_prob": ("log_prob", [-1]), "sample": ("samples", [-1, D]),
+               "sample_from_noise": ("samples", [-1, D])}
+    endpoints = {"serve": serve, "log_prob": log_prob, "sample": sample}
+    if _samples_from_noise(model):
+        endpoints["sample_from_noise"] = sample_from_noise
     signatures = {}
-    for name, fn in (("serve", serve), ("log_prob", log_prob), ("sample", sample)):
+    for name, fn in endpoints.items():
+        if portable:
+            fn = _within(full_passes, fn)
         # The attribute returns the tensor itself (TFSMLayer reads ``serve`` so); the
         # signature calls it and names its output, the key TF Serving's clients read.
         # `save` traces both, in its own context, so the attribute is traced once.
         endpoint = tf.function(fn, input_signature=specs[name], autograph=False)
         setattr(root, name, endpoint)
-        signatures[name] = tf.function(_named(endpoint, outputs[name][0]), input_signature=specs[name],
+        signatures[name] = tf.function(_named(endpoint, outputs[name][0], name), input_signature=specs[name],
                                        autograph=False)
     signatures["serving_default"] = signatures["serve"]
+    _track_variables(root, signatures.values())
     tf.saved_model.save(root, path, signatures=signatures)
     if verbose:
         print(f"Saved artifact at '{path}'. Signatures (-1: any size):")
-        for key in ("serving_default", "serve", "log_prob", "sample"):
+        for key in ("serving_default", *endpoints):
             name = "serve" if key == "serving_default" else key
             inputs = ", ".join(_describe(spec) for spec in tf.nest.flatten(specs[name]))
             print(f"  {key}({inputs}) -> {outputs[name][0]}: {dtype.name} {outputs[name][1]}")
 
 
-def _named(endpoint, output: str):
+def _track_variables(root, functions) -> None:
+    """Tracks, under ``root``, the TensorFlow variables that ``functions`` read.
+
+    These, not the model's Keras variables: a Keras variable wraps a `tf.Variable`, and
+    a SavedModel that tracks only the wrappers writes a second handle per variable.
+    ``tf.saved_model.load`` maps both to the same values, but TensorFlow's session
+    loader (``saved_model_cli run``, TF Serving, the C API) restores the tracked handles
+    and runs graphs that read the others: "Could not find variable output/kernel".
+    Keras' own ``ExportArchive`` tracks them so too. ``variables``,
+    ``trainable_variables`` and ``non_trainable_variables`` are the lists
+    ``keras.layers.TFSMLayer`` reads."""
+    used = {}
+    for function in functions:
+        for variable in function.get_concrete_function().variables:
+            used.setdefault(id(variable), variable)
+    root.variables = list(used.values())
+    root.trainable_variables = [v for v in root.variables if v.trainable]
+    root.non_trainable_variables = [v for v in root.variables if not v.trainable]
+
+
+def _samples_from_noise(model) -> bool:
+    """Whether ``model`` has `DensityModel.sample_from_noise` (the mixtures have not)."""
+    return type(model)._from_noise is not DensityModel._from_noise
+
+
+def _within(context, fn):
+    """``fn``, called within ``context()``: traced there, as a signature is."""
+    def called_within(*args):
+        with context():
+            return fn(*args)
+
+    return called_within
+
+
+def _named(endpoint, output: str, name: str):
     def named(*args):
         return {output: endpoint(*args)}
 
+    # LiteRT's converter keys a signature by its function's name: two of one name
+    # (``named``) convert to a single ``serving_default``.
+    named.__name__ = name
     return named
 
 
@@ -216,16 +273,16 @@ class _GraphChecks:
         # A label per row is the likeliest y of the wrong shape (as `_checks` says it).
         return tf.where(rank <= 1, f" Class labels go in one-hot, keras.utils.to_categorical(labels, {self.K}).", "")
 
-    def x_and_y(self, x, y, call: str):
+    def x_and_y(self, x, y, call: str, x_name: str = "x"):
         """``x`` ``[rows, D]`` and ``y`` ``[rows, K]`` or ``[1, K]`` (None if unconditional)."""
-        x = self._matrix("x", x, self.D, call)
+        x = self._matrix(x_name, x, self.D, call)
         if y is None:
             return x, None
         y = self._matrix("y", y, self.K, call)
         rows_x, rows_y = tf.shape(x)[0], tf.shape(y)[0]
         y = _after(y, tf.equal(rows_y, rows_x) | tf.equal(rows_y, 1),
-                   f"{self.name}: {call}(x, y) needs a row of y per row of x (or one row for all), "
-                   "got x of shape ", _shape_text(x), " and y of shape ", _shape_text(y), ".")
+                   f"{self.name}: {call}({x_name}, y) needs a row of y per row of {x_name} (or one row for all), "
+                   f"got {x_name} of shape ", _shape_text(x), " and y of shape ", _shape_text(y), ".")
         return x, y
 
     def count(self, n):

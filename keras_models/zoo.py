@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import keras
@@ -50,6 +51,7 @@ from keras_models.initialization import made_initializers
 from tfp_maf._devices import check_device_kind
 from tfp_maf.bijectors._cache import GraphLocalChain
 from tfp_maf.layers.made import check_conditional_input_layers, check_scale_parameterization
+from tfp_maf.sampling import full_passes_active
 from tfp_maf.splines import num_spline_params
 
 tfd = tfp.distributions
@@ -183,6 +185,28 @@ class Gaussian(DensityModel):
         self.loc.assign(np.stack(locs))
         self.scale_tril.assign(np.stack(trils))
         return self
+
+    def _log_prob(self, x, y, training):
+        if not full_passes_active():
+            return super()._log_prob(x, y, training)
+        # For ONNX and LiteRT, which take no triangular solve (TFP's route): the same
+        # density, with L u = x - m solved by D sweeps of a matrix product.
+        L, D = tf.convert_to_tensor(self.scale_tril), self.event_size
+        diag = tf.reduce_sum(L * tf.eye(D, dtype=L.dtype), axis=-1)  # [C, D]
+        below = tf.transpose(L * (1.0 - tf.eye(D, dtype=L.dtype)), [0, 2, 1])  # L's strict lower part, [C, D, D]
+        residual = tf.transpose(x[:, None, :] - self.loc[None], [1, 0, 2])  # [C, n, D]
+        u = tf.while_loop(lambda u: True, lambda u: [(residual - tf.matmul(u, below)) / diag[:, None, :]],
+                          [tf.zeros_like(residual)], maximum_iterations=D)[0]
+        log_p = (-0.5 * tf.reduce_sum(tf.square(u), -1) - tf.reduce_sum(tf.math.log(tf.abs(diag)), -1)[:, None]
+                 - 0.5 * D * math.log(2 * math.pi))  # [C, n]
+        if y is None:
+            return log_p[0]
+        return tf.reduce_logsumexp(tf.transpose(log_p) + tf.math.log(y), axis=-1)  # the mixture over classes
+
+    def _from_noise(self, noise, y):
+        # x = m + L z, per class; a one-hot y picks its class (the weighted sum is exact).
+        x = self.loc[None] + tf.tensordot(noise, self.scale_tril, [[1], [2]])  # [n, C, D]
+        return x[:, 0] if y is None else tf.reduce_sum(x * y[:, :, None], axis=1)
 
     def _distribution(self, y, training):
         if self.conditional_dims is None:
@@ -322,6 +346,13 @@ class _FlowModel(DensityModel):
         # A `tfb.Chain` whose cache entries die with the model's traces (`GraphLocalChain`).
         flow = tfd.TransformedDistribution(self._base(y), GraphLocalChain(self._bijectors()))
         return tfp_maf.bind_kwargs(flow, y, training)
+
+    def _from_noise(self, noise, y):
+        y = self.context(y, False)
+        x = noise  # the base's draw; the bijectors take it to the data side
+        for bijector in reversed(self._bijectors()):
+            x = bijector.forward(x, **tfp_maf.flow_kwargs(bijector, y, False))
+        return x
 
     def _log_prob(self, x, y, training):
         # The distribution's density, by the bijectors' fused passes summed
@@ -679,6 +710,8 @@ class MAFMoG(MAF):
     def _base(self, y):
         return tfp_maf.MADEMoG(self.base_made, conditional_input=y)
 
+    _from_noise = DensityModel._from_noise  # the mixture base's component choice: not offered
+
 
 @keras.saving.register_keras_serializable(package="keras_models")
 class MADEMoG(_FlowModel):
@@ -746,6 +779,8 @@ class MADEMoG(_FlowModel):
 
     def _distribution(self, y, training):
         return self._base(self.context(y, training))  # the MADE MoG itself, not a transformed one
+
+    _from_noise = DensityModel._from_noise  # the component choice: not offered
 
 
 @keras.saving.register_keras_serializable(package="keras_models")

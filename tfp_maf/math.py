@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-__all__ = ["soft_bound"]
+__all__ = ["broadcast_batch", "soft_bound"]
 
 
 def soft_bound(a: tf.Tensor, bound: float | None) -> tf.Tensor:
@@ -31,3 +31,21 @@ def soft_bound(a: tf.Tensor, bound: float | None) -> tf.Tensor:
     magnitude = tf.abs(a)
     ramp = tf.sign(a) * (knee + knee * tf.tanh((magnitude - knee) / knee))
     return tf.where(magnitude <= knee, a, ramp)
+
+
+def broadcast_batch(a: tf.Tensor, b: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``a`` ``batch_a + [m]`` and ``b`` ``batch_b + [k]``, both broadcast to their
+    common batch: ``batch + [m]`` and ``batch + [k]``.
+
+    By adding zeros, not with ``tf.broadcast_dynamic_shape``: the converters to ONNX and
+    LiteRT take the broadcasting of an addition, and no converter takes TensorFlow's
+    ``BroadcastArgs`` op (tf2onnx writes an invalid graph). The two additions cost a
+    pass over each input.
+
+    Example:
+
+    >>> a, b = broadcast_batch(tf.ones([4, 3]), tf.zeros([1, 2]))
+    >>> a.shape, b.shape
+    (TensorShape([4, 3]), TensorShape([4, 2]))
+    """
+    return a + tf.zeros_like(b[..., :1]), b + tf.zeros_like(a[..., :1])

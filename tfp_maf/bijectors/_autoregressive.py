@@ -19,7 +19,8 @@ A subclass says what ``g`` is: `MaskedAutoregressive` an affine map,
   and a bound method would keep the bijector, its MADE and its model with it.
 
 The sequential forward direction runs in one MADE pass spread over D steps for a
-`tfp_maf.MADENetwork`, and as D full passes for any other autoregressive callable.
+`tfp_maf.MADENetwork`, and as D full passes for any other autoregressive callable, or
+within `tfp_maf.sampling.full_passes` (a graph for ONNX or LiteRT).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from tfp_maf import _checks
+from tfp_maf import _checks, sampling
 from tfp_maf._tracking import LayerVariables
 from tfp_maf.bijectors._fused import FusedBijector, dtype_of
+from tfp_maf.math import broadcast_batch
 
 __all__ = ["MaskedTransform"]
 
@@ -100,7 +102,8 @@ class MaskedTransform(LayerVariables, FusedBijector):
         conditional_input = _checks.as_conditional_input(conditional_input, self.dtype)
         if self._event_size is not None:
             _checks.check_event_size(u, self._event_size, self.name)
-        if hasattr(self._made, "sample_sequentially"):  # a tfp_maf MADE
+        # A tfp_maf MADE, unless the graph is for a converter (`tfp_maf.sampling.full_passes`).
+        if hasattr(self._made, "sample_sequentially") and not sampling.full_passes_active():
             return self._mask_aware_forward(u, conditional_input)
         return self._plain_forward(u, conditional_input)
 
@@ -117,8 +120,7 @@ class MaskedTransform(LayerVariables, FusedBijector):
             raise ValueError(f"{self.name}: the number of variables must be known statically.")
         if conditional_input is not None:
             # The loop state must have its final shape from the first pass.
-            batch = tf.broadcast_dynamic_shape(tf.shape(u)[:-1], tf.shape(conditional_input)[:-1])
-            u = tf.broadcast_to(u, tf.concat([batch, [event_size]], 0))
+            u, _ = broadcast_batch(u, conditional_input)
 
         def body(x, _):
             return self._map_forward(u, self._parameters_at(x, conditional_input))

@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from tfp_maf import _checks
+from tfp_maf.math import broadcast_batch
 
 __all__ = ["CouplingNetworks"]
 
@@ -113,17 +114,9 @@ class CouplingNetworks(keras.layers.Layer):
             conditional_input, self.conditional_dims, "CouplingNetworks"
         )
         h = x_copied
-        batch = tf.shape(h)[:-1]
         if conditional_input is not None:
-            y = tf.cast(conditional_input, self.compute_dtype)
-            batch = tf.broadcast_dynamic_shape(batch, tf.shape(y)[:-1])
-            h = tf.concat(
-                [
-                    tf.broadcast_to(h, tf.concat([batch, [self.num_copied]], 0)),
-                    tf.broadcast_to(y, tf.concat([batch, [self.conditional_dims]], 0)),
-                ],
-                axis=-1,
-            )
+            h = tf.concat(broadcast_batch(h, tf.cast(conditional_input, self.compute_dtype)), axis=-1)
+        batch = tf.shape(h)[:-1]
         # Dense layers want a matrix: flatten the batch, restore it at the end.
         h = tf.reshape(h, [-1, self.num_copied + (self.conditional_dims or 0)])
         log_scale, shift = h, h

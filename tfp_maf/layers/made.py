@@ -46,6 +46,7 @@ import tensorflow as tf
 from tfp_maf import _checks, masks, sampling
 from tfp_maf._devices import check_device_kind
 from tfp_maf._tracking import sublayers
+from tfp_maf.math import broadcast_batch
 from tfp_maf.layers.block_layout import BlockLayout, auto_blocks, reorder, staircase
 
 __all__ = [
@@ -762,17 +763,11 @@ class MADENetwork(keras.layers.Layer):
         x = tf.convert_to_tensor(x, dtype=self.compute_dtype)
         _checks.check_event_size(x, self.event_size, "MADE")
         _checks.check_conditional_input(conditional_input, self.conditional_dims, "MADE")
-        batch_shape = tf.shape(x)[:-1]
         y = None
         if conditional_input is not None:
-            y = tf.cast(conditional_input, self.compute_dtype)
-            batch_shape = tf.broadcast_dynamic_shape(batch_shape, tf.shape(y)[:-1])
-            y = tf.reshape(
-                tf.broadcast_to(y, tf.concat([batch_shape, [self.conditional_dims]], 0)),
-                [-1, self.conditional_dims],
-            )
-            x = tf.broadcast_to(x, tf.concat([batch_shape, [self.event_size]], 0))
-        return tf.reshape(x, [-1, self.event_size]), y, batch_shape
+            x, y = broadcast_batch(x, tf.cast(conditional_input, self.compute_dtype))
+            y = tf.reshape(y, [-1, self.conditional_dims])
+        return tf.reshape(x, [-1, self.event_size]), y, tf.shape(x)[:-1]
 
     def sample_sequentially(self, emit, noise, conditional_input=None, key=None):
         """Sets the D variables in order, in one pass of the network spread over D steps.

@@ -16,6 +16,7 @@ becomes final: about the work of one forward pass, spread over D steps.
 | `layout` | the weights laid out as the loops read them |
 | `loops` | the D-step loops, step by step and in blocks of degrees |
 | `runner` | `sequential_pass`: the compiled loops, shared per structure, over batches of any size |
+| `full_passes` | the textbook loop instead, for graphs that leave TensorFlow (ONNX, LiteRT) |
 
 The one user of the engine is `tfp_maf.layers.MADENetwork.sample_sequentially`; the bijectors
 and distributions call that.
@@ -38,8 +39,9 @@ loop of D full passes gives (the engine's schedule is set per MADE, `Tuning`):
 True
 """
 
+from tfp_maf.sampling.full_passes import full_passes, full_passes_active
 from tfp_maf.sampling.plan import Schedule, SequentialPlan, Structure, Tuning
 from tfp_maf.sampling.runner import compiled_programs, sequential_pass, without_gradients
 
-__all__ = ["Schedule", "SequentialPlan", "Structure", "Tuning", "compiled_programs", "sequential_pass",
-           "without_gradients"]
+__all__ = ["Schedule", "SequentialPlan", "Structure", "Tuning", "compiled_programs", "full_passes",
+           "full_passes_active", "sequential_pass", "without_gradients"]

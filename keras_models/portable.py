@@ -1,0 +1,134 @@
+"""Scoring and sampling beyond TensorFlow: ONNX Runtime and LiteRT.
+
+A density model leaves TensorFlow through the well-kept converters, from its SavedModel
+(`keras_models.export.export_saved_model`, traced with `portable=True`: the ops both
+converters take):
+
+| format | written by | holds | run by |
+|---|---|---|---|
+| ONNX | `export_onnx`, ``model.export(path, format="onnx")`` | one signature a file: ``log_prob`` (default) or ``sample_from_noise`` | ONNX Runtime (C++, C#, Java, JavaScript, Python) |
+| LiteRT | `export_litert`, ``model.export(path, format="litert")`` | ``log_prob`` and ``sample_from_noise`` in one file | the LiteRT interpreter (`ai_edge_litert`, Android, iOS, microcontrollers) |
+
+``log_prob`` takes ``x [n, D]`` (and ``y [n, K]``) and gives ``log_prob [n]``;
+``sample_from_noise`` takes standard normal ``noise [n, D]`` (and ``y``) that the client
+draws, and gives ``samples [n, D]``: exact samples, the same as the SavedModel's for the
+same noise. The mixtures (`MADEMoG`, `MAFMoG`) export ``log_prob`` only. The input
+checks of the SavedModel's signatures do not survive conversion: feed the widths the
+model was built for.
+
+The converters are the ``portable`` extra: ``pip install "tfp-maf[portable]"``
+(tf2onnx, onnxruntime, ai-edge-litert). The conversion runs in the calling process and
+changes nothing of TensorFlow's or NumPy's state.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import tensorflow as tf
+
+from keras_models._optional import require
+from keras_models.density_model import DensityModel
+from keras_models.export import _samples_from_noise, export_saved_model
+
+__all__ = ["export_litert", "export_onnx"]
+
+ENDPOINTS = ("log_prob", "sample_from_noise")
+
+
+def _portable_saved_model(model: DensityModel, directory: str) -> str:
+    path = os.path.join(directory, "saved_model")
+    export_saved_model(model, path, portable=True)
+    return path
+
+
+def _endpoints(model: DensityModel) -> list:
+    return [name for name in ENDPOINTS if name != "sample_from_noise" or _samples_from_noise(model)]
+
+
+def export_onnx(model: DensityModel, path: str, endpoint: str = "log_prob", opset: int | None = None) -> str:
+    """Writes one signature of ``model`` as an ONNX model, through tf2onnx.
+
+    Args:
+      model: a `keras_models.DensityModel` in float32 or float64.
+      path: the ``.onnx`` file to write.
+      endpoint: ``"log_prob"`` or ``"sample_from_noise"``.
+      opset: the ONNX opset, or None for tf2onnx's default.
+
+    Returns:
+      ``path``.
+
+    Raises:
+      ValueError: for another endpoint, or ``"sample_from_noise"`` of a mixture.
+      ImportError: if the ``portable`` extra is not installed.
+
+    Example (inputs and outputs are named as in the SavedModel):
+
+    >>> import os, tempfile, numpy as np, onnxruntime
+    >>> from keras_models import MAF
+    >>> model = MAF(2, hidden_units=[8], num_layers=2)
+    >>> path = export_onnx(model, os.path.join(tempfile.mkdtemp(), "maf.onnx"))
+    >>> session = onnxruntime.InferenceSession(path)
+    >>> x = np.zeros((3, 2), np.float32)
+    >>> (log_p,) = session.run(["log_prob"], {"x": x})
+    >>> bool(np.allclose(log_p, model.log_prob(x), atol=1e-5))
+    True
+    """
+    if endpoint not in _endpoints(model):
+        raise ValueError(f"{model.name}: export_onnx(endpoint=...) takes one of {_endpoints(model)}, "
+                         f"got {endpoint!r}.")
+    tf2onnx = require("tf2onnx.convert", "ONNX export", extra="portable")
+    with tempfile.TemporaryDirectory() as directory:
+        loaded = tf.saved_model.load(_portable_saved_model(model, directory))
+        function = _signature_function(loaded, endpoint)
+        tf2onnx.from_function(function, function.input_signature, opset=opset, output_path=path)
+    return path
+
+
+def _signature_function(loaded, name: str):
+    """The SavedModel's signature ``name`` as a `tf.function` of positional inputs,
+    named ``name`` (LiteRT's converter names a signature after its function)."""
+    signature = loaded.signatures[name]
+    inputs = signature.structured_input_signature[1]  # {input name: TensorSpec}
+
+    def function(*args):
+        return signature(**dict(zip(inputs, args, strict=True)))
+
+    function.__name__ = name
+    return tf.function(function, input_signature=list(inputs.values()))
+
+
+def export_litert(model: DensityModel, path: str) -> str:
+    """Writes ``model``'s ``log_prob`` and ``sample_from_noise`` signatures as one
+    LiteRT (TensorFlow Lite) flatbuffer, through TensorFlow's LiteRT converter, with
+    LiteRT's builtin ops only.
+
+    Args:
+      model: a `keras_models.DensityModel` in float32.
+      path: the ``.tflite`` file to write.
+
+    Returns:
+      ``path``.
+
+    Example:
+
+    >>> import os, tempfile, numpy as np
+    >>> from ai_edge_litert.interpreter import Interpreter
+    >>> from keras_models import MAF
+    >>> model = MAF(2, hidden_units=[8], num_layers=2)
+    >>> path = export_litert(model, os.path.join(tempfile.mkdtemp(), "maf.tflite"))
+    >>> runner = Interpreter(model_path=path).get_signature_runner("log_prob")
+    >>> x = np.zeros((3, 2), np.float32)
+    >>> bool(np.allclose(runner(x=x)["log_prob"], model.log_prob(x), atol=1e-5))
+    True
+    """
+    with tempfile.TemporaryDirectory() as directory:
+        loaded = tf.saved_model.load(_portable_saved_model(model, directory))
+        # From the signatures' functions: from_saved_model with two signature keys writes
+        # one of them, as serving_default (TensorFlow 2.21).
+        functions = [_signature_function(loaded, name).get_concrete_function() for name in _endpoints(model)]
+        flatbuffer = tf.lite.TFLiteConverter.from_concrete_functions(functions, loaded).convert()
+    with open(path, "wb") as f:
+        f.write(flatbuffer)
+    return path
