@@ -213,9 +213,28 @@ def cmd_sample(args) -> dict:
 
 def cmd_export(args) -> dict:
     model = _load_model(args.out)
-    target = args.saved_model or str(Path(args.out) / "saved_model")
-    model.export(target)
-    return {"saved_model": target, "signatures": ["serve", "log_prob", "sample"]}
+    if args.format == "saved_model":
+        target = args.saved_model or str(Path(args.out) / "saved_model")
+        model.export(target)
+        from keras_models.portable import endpoints
+
+        return {"saved_model": target, "signatures": ["serve", "log_prob", "sample", *endpoints(model)[1:]]}
+    if args.saved_model is not None:
+        raise SystemExit("tfp-maf: --saved-model names the SavedModel's directory; "
+                         f"--format {args.format} writes into --out.")
+    from keras_models.portable import endpoints
+
+    files = {}
+    for endpoint in endpoints(model) if args.format == "onnx" else ["litert"]:
+        name = {"log_prob": "model.onnx", "sample_from_noise": "model.sample_from_noise.onnx",
+                "litert": "model.tflite"}[endpoint]
+        path = str(Path(args.out) / name)
+        if args.format == "onnx":
+            model.export(path, format="onnx", endpoint=endpoint)
+        else:
+            model.export(path, format="litert")
+        files[endpoint] = path
+    return {args.format: files}
 
 
 def _version() -> str:
@@ -308,9 +327,13 @@ def _parser() -> argparse.ArgumentParser:
     sample.add_argument("--label", type=int, default=None, help="class to sample (conditional models)")
     sample.set_defaults(func=cmd_sample)
 
-    export = sub.add_parser("export", help="write a SavedModel serving serve (log p), log_prob and sample")
+    export = sub.add_parser("export", help="write a SavedModel (TF Serving), ONNX or LiteRT files")
     export.add_argument("--out", required=True)
-    export.add_argument("--saved-model", default=None, help="default: <out>/saved_model")
+    export.add_argument("--format", choices=["saved_model", "onnx", "litert"], default="saved_model",
+                        help="saved_model: serve, log_prob, sample, sample_from_noise; onnx: <out>/model.onnx "
+                             "(log_prob) and <out>/model.sample_from_noise.onnx; litert: <out>/model.tflite, both "
+                             "(onnx and litert need the portable extra; default: %(default)s)")
+    export.add_argument("--saved-model", default=None, help="the SavedModel's directory (default: <out>/saved_model)")
     export.set_defaults(func=cmd_export)
     return parser
 

@@ -346,20 +346,35 @@ class DensityModel(keras.Model):
         Args:
           filepath: the directory to write.
           format: ``"tf_saved_model"`` (this model's endpoints,
-            `keras_models.export.export_saved_model`) or another of Keras'
-            formats (Keras' own export, ``serve`` only).
+            `keras_models.export.export_saved_model`), ``"onnx"`` or ``"litert"``
+            (`keras_models.portable`: ``log_prob`` and ``sample_from_noise``), or
+            another of Keras' formats (Keras' own export, ``serve`` only).
           verbose: print Keras' summary of the endpoints.
           input_signature: ``serve``'s, as Keras takes it (default: ``x`` or
             ``(x, y)`` with any number of rows, in the model's dtype).
-          **kwargs: passed to Keras for other formats.
+          **kwargs: ``endpoint`` and ``opset`` for ``"onnx"``
+            (`keras_models.portable.export_onnx`); passed to Keras for its formats.
 
         The SavedModel needs TensorFlow only to load and run; see
         `keras_models.export.export_saved_model` for an example that reloads it
         and calls every endpoint.
         """
+        if format in ("onnx", "litert"):
+            from keras_models import portable
+
+            if input_signature is not None:
+                raise ValueError(f"{self.name}: export(format={format!r}) writes log_prob and "
+                                 "sample_from_noise, whose inputs are fixed; it takes no input_signature.")
+            if format == "onnx":
+                return portable.export_onnx(self, filepath, **kwargs)
+            if kwargs:
+                raise TypeError(f"{self.name}: export(format='litert') takes no {sorted(kwargs)}.")
+            return portable.export_litert(self, filepath)
         if format != "tf_saved_model":
             return super().export(filepath, format=format, verbose=verbose,
                                   input_signature=input_signature, **kwargs)
+        if kwargs:
+            raise TypeError(f"{self.name}: export(format='tf_saved_model') takes no {sorted(kwargs)}.")
         from keras_models.export import export_saved_model
 
         export_saved_model(self, filepath, verbose=bool(verbose), input_signature=input_signature)

@@ -4,10 +4,12 @@ A density model leaves TensorFlow through the well-kept converters, from its Sav
 (`keras_models.export.export_saved_model`, traced with `portable=True`: the ops both
 converters take):
 
-| format | written by | holds | run by |
-|---|---|---|---|
-| ONNX | `export_onnx`, ``model.export(path, format="onnx")`` | one signature a file: ``log_prob`` (default) or ``sample_from_noise`` | ONNX Runtime (C++, C#, Java, JavaScript, Python) |
-| LiteRT | `export_litert`, ``model.export(path, format="litert")`` | ``log_prob`` and ``sample_from_noise`` in one file | the LiteRT interpreter (`ai_edge_litert`, Android, iOS, microcontrollers) |
+- ONNX: `export_onnx`, or ``model.export(path, format="onnx")``; one signature a file
+  (``log_prob`` by default, or ``endpoint="sample_from_noise"``), for ONNX Runtime (C++,
+  C#, Java, JavaScript, Python).
+- LiteRT: `export_litert`, or ``model.export(path, format="litert")``; ``log_prob`` and
+  ``sample_from_noise`` in one file, for the LiteRT interpreter (``ai_edge_litert``,
+  Android, iOS).
 
 ``log_prob`` takes ``x [n, D]`` (and ``y [n, K]``) and gives ``log_prob [n]``;
 ``sample_from_noise`` takes standard normal ``noise [n, D]`` (and ``y``) that the client
@@ -32,7 +34,7 @@ from keras_models._optional import require
 from keras_models.density_model import DensityModel
 from keras_models.export import _samples_from_noise, export_saved_model
 
-__all__ = ["export_litert", "export_onnx"]
+__all__ = ["endpoints", "export_litert", "export_onnx"]
 
 ENDPOINTS = ("log_prob", "sample_from_noise")
 
@@ -43,7 +45,9 @@ def _portable_saved_model(model: DensityModel, directory: str) -> str:
     return path
 
 
-def _endpoints(model: DensityModel) -> list:
+def endpoints(model: DensityModel) -> list:
+    """The signatures ``model`` exports beyond TensorFlow: ``log_prob``, and
+    ``sample_from_noise`` unless it is a mixture (`MADEMoG`, `MAFMoG`)."""
     return [name for name in ENDPOINTS if name != "sample_from_noise" or _samples_from_noise(model)]
 
 
@@ -75,8 +79,8 @@ def export_onnx(model: DensityModel, path: str, endpoint: str = "log_prob", opse
     >>> bool(np.allclose(log_p, model.log_prob(x), atol=1e-5))
     True
     """
-    if endpoint not in _endpoints(model):
-        raise ValueError(f"{model.name}: export_onnx(endpoint=...) takes one of {_endpoints(model)}, "
+    if endpoint not in endpoints(model):
+        raise ValueError(f"{model.name}: export_onnx(endpoint=...) takes one of {endpoints(model)}, "
                          f"got {endpoint!r}.")
     tf2onnx = require("tf2onnx.convert", "ONNX export", extra="portable")
     with tempfile.TemporaryDirectory() as directory:
@@ -111,6 +115,9 @@ def export_litert(model: DensityModel, path: str) -> str:
     Returns:
       ``path``.
 
+    Raises:
+      ValueError: for a float64 model.
+
     Example:
 
     >>> import os, tempfile, numpy as np
@@ -123,12 +130,20 @@ def export_litert(model: DensityModel, path: str) -> str:
     >>> bool(np.allclose(runner(x=x)["log_prob"], model.log_prob(x), atol=1e-5))
     True
     """
+    if model.compute_dtype != "float32":
+        raise ValueError(f"{model.name}: LiteRT runs float32 models; this one is {model.compute_dtype}.")
+    names = endpoints(model)
     with tempfile.TemporaryDirectory() as directory:
-        loaded = tf.saved_model.load(_portable_saved_model(model, directory))
-        # From the signatures' functions: from_saved_model with two signature keys writes
-        # one of them, as serving_default (TensorFlow 2.21).
-        functions = [_signature_function(loaded, name).get_concrete_function() for name in _endpoints(model)]
-        flatbuffer = tf.lite.TFLiteConverter.from_concrete_functions(functions, loaded).convert()
+        saved_model = _portable_saved_model(model, directory)
+        if len(names) == 1:  # (one function alone would be named serving_default)
+            converter = tf.lite.TFLiteConverter.from_saved_model(saved_model, signature_keys=names)
+        else:
+            # From the signatures' functions: from_saved_model with two signature keys
+            # writes one of them, as serving_default (TensorFlow 2.21).
+            loaded = tf.saved_model.load(saved_model)
+            functions = [_signature_function(loaded, name).get_concrete_function() for name in names]
+            converter = tf.lite.TFLiteConverter.from_concrete_functions(functions, loaded)
+        flatbuffer = converter.convert()
     with open(path, "wb") as f:
         f.write(flatbuffer)
     return path

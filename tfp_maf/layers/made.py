@@ -46,8 +46,8 @@ import tensorflow as tf
 from tfp_maf import _checks, masks, sampling
 from tfp_maf._devices import check_device_kind
 from tfp_maf._tracking import sublayers
-from tfp_maf.math import broadcast_batch
 from tfp_maf.layers.block_layout import BlockLayout, auto_blocks, reorder, staircase
+from tfp_maf.math import broadcast_batch
 
 __all__ = [
     "MADENetwork", "MaskedDense", "apply_masks", "kernels_as_stored", "mask_gradients",

@@ -1,0 +1,227 @@
+"""Every runtime that loads what we export: TensorFlow's session loader (what
+``saved_model_cli run``, TF Serving and the C API use), ONNX Runtime and LiteRT.
+
+The SavedModel matrix covers every zoo family, unconditional and conditional, float32
+and float64, and a context network. Each cell runs through ``saved_model_cli run``
+itself, one signature per cell in turn, and every signature of every cell through the
+session loader in one process without tfp_maf, TFP and Keras (the CLI's own code path:
+``loader.load`` into a Session, then ``Session.run`` on the signature's tensors); both
+give the Python API's values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+import keras_models as km
+from keras_models.portable import endpoints, export_litert
+from tfp_maf.testing import randomize_weights
+
+D, K, N = 3, 2, 5
+FAMILIES = ["gaussian", "made", "made-mog", "maf5", "maf-mog5", "realnvp5", "nsf5"]
+# (family, conditional, dtype, context network): each family both ways; float64 on half.
+CELLS = [(family, conditional, "float64" if (i + conditional) % 2 else "float32", False)
+         for i, family in enumerate(FAMILIES) for conditional in (False, True)]
+CELLS.append(("maf5", True, "float32", True))
+SAMPLE_SEED = [1, 2]
+
+
+def _model(family, conditional, dtype="float32", context=False):
+    kwargs = {"conditional_dims": K if conditional else None, "dtype": dtype}
+    if family != "gaussian":
+        kwargs.update(hidden_units=[6], seed=0)
+    if family in ("maf5", "maf-mog5", "realnvp5", "nsf5"):
+        kwargs["num_layers"] = 2
+    if family in ("made-mog", "maf-mog5"):
+        kwargs["num_components"] = 2
+    if context:
+        kwargs["context_network"] = keras.Sequential([keras.layers.Dense(4, activation="tanh", dtype=dtype)])
+    model = km.build(family, D, **kwargs)
+    rng = np.random.default_rng(3)
+    if family == "gaussian":
+        x = rng.normal(size=(200, D))
+        y = np.eye(K)[rng.integers(0, K, 200)] if conditional else None
+        model.fit_closed_form(x * [1.0, 2.0, 0.5] + x[:, :1], y)
+    else:
+        randomize_weights(model, seed=1, scale=0.3)  # not the identity it starts as
+    return model
+
+
+def _inputs(conditional, dtype):
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.normal(size=(N, D)).astype(dtype), "noise": rng.normal(size=(N, D)).astype(dtype)}
+    if conditional:
+        feeds["y"] = np.eye(K, dtype=dtype)[[0, 1, 1, 0, 1]]
+    return feeds
+
+
+def _expected(model, feeds, sample=True):
+    y = feeds.get("y")
+    out = {"log_prob": model.log_prob(feeds["x"], y).numpy()}
+    if sample:
+        out["sample"] = model.sample(N, y, seed=SAMPLE_SEED).numpy()
+    if "sample_from_noise" in endpoints(model):
+        out["sample_from_noise"] = model.sample_from_noise(feeds["noise"], y).numpy()
+    return out
+
+
+# The session loader as saved_model_cli run drives it, in a process where tfp_maf, TFP and
+# Keras cannot be imported.
+SESSION_CLIENT = """
+import json, sys
+for name in ("tfp_maf", "keras_models", "tensorflow_probability", "keras", "tf_keras"):
+    sys.modules[name] = None
+import numpy as np
+import tensorflow as tf
+
+cells = json.load(open(sys.argv[1]))
+for cell in cells:
+    with tf.compat.v1.Session(graph=tf.Graph()) as sess:
+        meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], cell["dir"])
+        for name, feeds in cell["calls"].items():
+            signature = meta.signature_def[name]
+            feed = {signature.inputs[k].name: np.load(v) if isinstance(v, str) else v for k, v in feeds.items()}
+            (output,) = signature.outputs.values()
+            np.save(f"{cell['dir']}.session.{name}.npy", sess.run(output.name, feed))
+assert all(sys.modules[name] is None for name in ("tfp_maf", "keras", "tensorflow_probability"))
+"""
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """Every cell exported, with its inputs saved as .npy and the Python API's values."""
+    root = tmp_path_factory.mktemp("matrix")
+    cells = []
+    for i, (family, conditional, dtype, context) in enumerate(CELLS):
+        model = _model(family, conditional, dtype, context)
+        path = str(root / f"{i}-{family}")
+        model.export(path)
+        feeds = _inputs(conditional, dtype)
+        for name, value in feeds.items():
+            np.save(f"{path}.{name}.npy", value)
+        cells.append({"label": f"{family}, {'conditional' if conditional else 'unconditional'}, {dtype}"
+                               f"{', context network' if context else ''}",
+                      "dir": path, "expected": _expected(model, feeds), "dtype": dtype,
+                      "calls": _calls(model, path, conditional)})
+    return cells
+
+
+def _calls(model, path, conditional):
+    """The inputs of each signature, as file names (``x``, ``y``, ``noise``) or values."""
+    xy = {"x": f"{path}.x.npy", **({"y": f"{path}.y.npy"} if conditional else {})}
+    calls = {"serve": xy, "log_prob": xy,
+             "sample": {"n": N, "seed": SAMPLE_SEED, **({"y": f"{path}.y.npy"} if conditional else {})}}
+    if "sample_from_noise" in endpoints(model):
+        calls["sample_from_noise"] = {"noise": f"{path}.noise.npy", **({"y": f"{path}.y.npy"} if conditional else {})}
+    return calls
+
+
+def _close(got, want, dtype, what):
+    rtol = 1e-4 if dtype == "float32" else 1e-9
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol, err_msg=what)
+
+
+def _want(cell, signature):
+    return cell["expected"]["log_prob" if signature == "serve" else signature]
+
+
+def test_every_signature_of_every_cell_runs_in_tensorflows_session_loader(exported, tmp_path):
+    (tmp_path / "cells.json").write_text(json.dumps(
+        [{"dir": c["dir"], "calls": c["calls"]} for c in exported]))
+    done = subprocess.run([sys.executable, "-c", SESSION_CLIENT, str(tmp_path / "cells.json")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for cell in exported:
+        for signature in cell["calls"]:
+            got = np.load(f"{cell['dir']}.session.{signature}.npy")
+            _close(got, _want(cell, signature), cell["dtype"], f"{cell['label']}: {signature}")
+
+
+@pytest.mark.parametrize("index", range(len(CELLS)))
+def test_saved_model_cli_run(exported, index, tmp_path):
+    """``saved_model_cli run`` itself on each cell, one signature per cell in turn (every
+    signature is run on several cells)."""
+    cell = exported[index]
+    names = list(cell["calls"])
+    signature = names[index % len(names)]
+    files = ";".join(f"{k}={v}" for k, v in cell["calls"][signature].items() if isinstance(v, str))
+    exprs = ";".join(f"{k}={v}" for k, v in cell["calls"][signature].items() if not isinstance(v, str))
+    command = [str(Path(sys.executable).with_name("saved_model_cli")), "run", "--dir", cell["dir"],
+               "--tag_set", "serve", "--signature_def", signature, "--outdir", str(tmp_path)]
+    if files:
+        command += ["--inputs", files]
+    if exprs:
+        command += ["--input_exprs", exprs]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, f"{cell['label']}: {signature}\n{done.stderr[-3000:]}"
+    (output,) = tmp_path.glob("*.npy")
+    _close(np.load(output), _want(cell, signature), cell["dtype"], f"{cell['label']}: {signature}")
+
+
+@pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_onnx_runtime_and_litert_give_the_models_values(family, conditional, tmp_path):
+    import onnxruntime
+    from ai_edge_litert.interpreter import Interpreter
+
+    model = _model(family, conditional)
+    feeds = _inputs(conditional, "float32")
+    expected = _expected(model, feeds, sample=False)
+    y = {"y": feeds["y"]} if conditional else {}
+    litert = Interpreter(model_path=export_litert(model, str(tmp_path / "model.tflite")))
+    assert sorted(litert.get_signature_list()) == sorted(endpoints(model))
+    # ONNX: log_prob of every family; samples from noise of the flows (the Gaussian's and
+    # MADE's take the same ops, and LiteRT converts them here).
+    onnx_endpoints = endpoints(model) if family in ("maf5", "realnvp5", "nsf5") else ["log_prob"]
+    for endpoint in endpoints(model):
+        inputs = {"x" if endpoint == "log_prob" else "noise": feeds["x" if endpoint == "log_prob" else "noise"], **y}
+        output = "log_prob" if endpoint == "log_prob" else "samples"
+        if endpoint in onnx_endpoints:
+            session = onnxruntime.InferenceSession(model.export(str(tmp_path / f"{endpoint}.onnx"), format="onnx",
+                                                                endpoint=endpoint))
+            (onnx_out,) = session.run([output], inputs)
+            _close(onnx_out, expected[endpoint], "float32", f"{family}: ONNX Runtime {endpoint}")
+        lite_out = litert.get_signature_runner(endpoint)(**inputs)[output]
+        _close(lite_out, expected[endpoint], "float32", f"{family}: LiteRT {endpoint}")
+
+
+def test_sample_from_noise_inverts_the_flow_and_matches_sample():
+    """The noise-to-sample map is the flow's forward direction: the model's own sampler,
+    fed the same noise, draws the same samples."""
+    model = _model("maf5", True)
+    y = np.eye(K, dtype=np.float32)[[0, 1, 1]]
+    base = model.distribution(y).distribution  # the base the flow transforms
+    noise = base.sample(seed=[4, 5]).numpy()
+    samples = model.sample_from_noise(noise, y).numpy()
+    np.testing.assert_allclose(samples, model.distribution(y).sample(seed=[4, 5]).numpy(), atol=1e-5)
+
+
+def test_mixtures_and_bad_options_are_refused_with_the_reason(tmp_path):
+    mixture = _model("made-mog", False)
+    with pytest.raises(NotImplementedError, match="mixture component"):
+        mixture.sample_from_noise(np.zeros((2, D), np.float32))
+    with pytest.raises(ValueError, match="takes one of \\['log_prob'\\]"):
+        mixture.export(str(tmp_path / "m.onnx"), format="onnx", endpoint="sample_from_noise")
+    with pytest.raises(ValueError, match="LiteRT runs float32"):
+        export_litert(_model("made", False, "float64"), str(tmp_path / "m.tflite"))
+    with pytest.raises(TypeError, match="takes no \\['endpoint'\\]"):
+        _model("made", False).export(str(tmp_path / "sm"), endpoint="log_prob")
+
+
+def test_the_serving_pages_onnx_and_litert_blocks_run_alone(tmp_path, monkeypatch):
+    page = (Path(__file__).parents[1] / "docs" / "serving.md").read_text()
+    section = page.split("## ONNX Runtime and LiteRT", 1)[1]
+    blocks = [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+    assert len(blocks) == 2
+    monkeypatch.chdir(tmp_path)
+    for block in blocks:
+        exec(compile(block, "docs/serving.md", "exec"), {})  # each on its own
