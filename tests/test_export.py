@@ -146,6 +146,8 @@ def test_tf_serving_rest_bodies_answered_by_tensorflow_alone(exported, tmp_path)
         "log_prob": {"inputs": xy, "outputs": log_p},
         "sample": {"inputs": {"n": ["int32", []], "seed": ["int32", [2]], "y": ["float32", None]},
                    "outputs": {"samples": ["float32", [-1, D]]}},
+        "sample_from_noise": {"inputs": {"noise": ["float32", [-1, D]], "y": ["float32", [-1, K]]},
+                              "outputs": {"samples": ["float32", [-1, D]]}},
     }
     assert answers[plain_path]["serving_default"] == {"inputs": {"x": ["float64", [-1, 2]]},
                                                       "outputs": {"log_prob": ["float64", [-1]]}}
