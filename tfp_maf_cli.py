@@ -216,25 +216,13 @@ def cmd_export(args) -> dict:
     if args.format == "saved_model":
         target = args.saved_model or str(Path(args.out) / "saved_model")
         model.export(target)
-        from keras_models.portable import endpoints
-
-        return {"saved_model": target, "signatures": ["serve", "log_prob", "sample", *endpoints(model)[1:]]}
+        return {"saved_model": target, "signatures": ["serve", "log_prob", "sample", "sample_from_noise"]}
     if args.saved_model is not None:
         raise SystemExit("tfp-maf: --saved-model names the SavedModel's directory; "
                          f"--format {args.format} writes into --out.")
-    from keras_models.portable import endpoints
+    from keras_models.portable import export_files
 
-    files = {}
-    for endpoint in endpoints(model) if args.format == "onnx" else ["litert"]:
-        name = {"log_prob": "model.onnx", "sample_from_noise": "model.sample_from_noise.onnx",
-                "litert": "model.tflite"}[endpoint]
-        path = str(Path(args.out) / name)
-        if args.format == "onnx":
-            model.export(path, format="onnx", endpoint=endpoint)
-        else:
-            model.export(path, format="litert")
-        files[endpoint] = path
-    return {args.format: files}
+    return export_files(model, args.out, formats=[args.format])
 
 
 def _version() -> str:

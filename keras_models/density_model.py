@@ -297,7 +297,7 @@ class DensityModel(keras.Model):
             return dist.sample(n, seed=seed)
 
     @_no_autograph
-    def sample_from_noise(self, noise, y=None) -> tf.Tensor:
+    def sample_from_noise(self, noise, y=None, gumbel=None) -> tf.Tensor:
         """Samples as a deterministic function of the base noise: ``x = f(noise)``.
 
         ``noise`` is what the model draws first, standard normal ``[n, D]``; this maps
@@ -310,14 +310,17 @@ class DensityModel(keras.Model):
           noise: ``[n, D]``, standard normal draws (NumPy or tensor).
           y: for a conditional model ``[n, K]`` or ``[1, K]``; else None. The
             conditional `Gaussian` reads a one-hot ``y`` (its class).
+          gumbel: for the mixtures (`MADEMoG`, `MAFMoG`) only, ``[n, D, C]``
+            standard Gumbel draws that pick each variable's component
+            (`tfp_maf.MADEMoG.sample_from_noise`); ``C = model.num_components``.
 
         Returns:
           ``[n, D]`` samples in the model's dtype.
 
         Raises:
-          NotImplementedError: for the mixture models (`MADEMoG`, `MAFMoG`), whose
-            component choice needs noise of another form.
-          ValueError: as `log_prob`, for ``noise`` in place of ``x``.
+          ValueError: as `log_prob`, for ``noise`` in place of ``x``; if a mixture
+            has no ``gumbel``, or one of another shape.
+          TypeError: if ``gumbel`` is given to a model that is not a mixture.
 
         Example:
 
@@ -330,13 +333,29 @@ class DensityModel(keras.Model):
         """
         noise = _checks.check_x(self, noise)
         y = _checks.check_y(self, y, "call sample_from_noise(noise, y)")
+        C = self.mixture_components
+        if C is None and gumbel is not None:
+            raise TypeError(f"{self.name}: gumbel= picks the components of a mixture (MADEMoG, MAFMoG); "
+                            f"{type(self).__name__} samples from noise alone.")
+        if C is not None:
+            if gumbel is None:
+                raise ValueError(f"{self.name}: sample_from_noise(noise, gumbel=...) needs standard Gumbel "
+                                 f"draws of shape [n, {self.event_size}, {C}], one per variable and component.")
+            gumbel = tf.cast(gumbel, self.compute_dtype)
+            if gumbel.shape.rank is not None and gumbel.shape[1:] != [self.event_size, C]:
+                raise ValueError(f"{self.name}: expected gumbel of shape [n, {self.event_size}, {C}], "
+                                 f"got shape {gumbel.shape.as_list()}.")
         with full_passes(), without_gradients(), kernels_as_stored():
-            return self._from_noise(noise, y)
+            return self._from_noise(noise, y, gumbel)
 
-    def _from_noise(self, noise, y) -> tf.Tensor:
-        raise NotImplementedError(
-            f"{self.name}: sample_from_noise is not offered for {type(self).__name__}: its samples "
-            "choose a mixture component per variable, which needs noise of another form.")
+    @property
+    def mixture_components(self) -> int | None:
+        """``C``, the components of each conditional of a mixture model (`MADEMoG`,
+        `MAFMoG`), whose `sample_from_noise` takes ``gumbel``; None for the others."""
+        return None
+
+    def _from_noise(self, noise, y, gumbel) -> tf.Tensor:
+        raise NotImplementedError
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
         """Keras' export, with this model's endpoints (`keras_models.export`): ``serve``

@@ -27,13 +27,14 @@ def export_saved_model(model: DensityModel, path: str, verbose: bool = False, in
         log_prob                 x float [-1, D], y float [-1, K]   -> log_prob float [-1]
         sample                   n int32 [], seed int32 [2],
                                  y float unknown_rank               -> samples float [-1, D]
-        sample_from_noise        noise float [-1, D], y float [-1, K]
-                                                                    -> samples float [-1, D]
+        sample_from_noise        noise float [-1, D], y float [-1, K],
+                                 gumbel float [-1, D, C]            -> samples float [-1, D]
 
     ``serving_default`` is ``serve``, as Keras' own ``model.export`` makes it.
     ``sample_from_noise`` is `DensityModel.sample_from_noise`: the samples that
-    standard normal ``noise`` gives, for a client that draws the noise itself (every
-    model but the mixtures, `MADEMoG` and `MAFMoG`, which lack it).
+    standard normal ``noise`` gives, for a client that draws the noise itself; the
+    mixtures (`MADEMoG`, `MAFMoG`, ``C = model.mixture_components``) take standard
+    Gumbel ``gumbel`` too, which picks each variable's component.
     ``log_prob`` is log p(x) (log p(x | y)) per row; ``y`` has one row per row of ``x``,
     or a single row for all of them. ``sample`` gives ``n`` draws, the same for the
     same ``seed`` (two int32s) and the same as the Python API's ``model.sample(n, y,
@@ -115,8 +116,9 @@ def export_saved_model(model: DensityModel, path: str, verbose: bool = False, in
         def sample(n, seed):
             return model.sample(checks.count(n), seed=seed)
 
-        def sample_from_noise(noise):
-            return model.sample_from_noise(checks.x_and_y(noise, None, "sample_from_noise", "noise")[0])
+        def sample_from_noise(noise, *gumbel):
+            noise = checks.x_and_y(noise, None, "sample_from_noise", "noise")[0]
+            return model.sample_from_noise(noise, None, *checks.gumbel(noise, gumbel))
     else:
         y_spec = tf.TensorSpec([None, K], dtype, name="y")
         specs = {"log_prob": [x_spec, y_spec], "sample": [n_spec, seed_spec, tf.TensorSpec(None, dtype, name="y")],
@@ -132,16 +134,17 @@ def export_saved_model(model: DensityModel, path: str, verbose: bool = False, in
             # TFP's sampler divides by the rows of y: n = 0 draws nothing rather than run it.
             return tf.cond(n > 0, lambda: model.sample(n, y, seed=seed), lambda: tf.zeros([0, D], dtype))
 
-        def sample_from_noise(noise, y):
-            return model.sample_from_noise(*checks.x_and_y(noise, y, "sample_from_noise", "noise"))
+        def sample_from_noise(noise, y, *gumbel):
+            noise, y = checks.x_and_y(noise, y, "sample_from_noise", "noise")
+            return model.sample_from_noise(noise, y, *checks.gumbel(noise, gumbel))
 
+    if model.mixture_components is not None:
+        specs["sample_from_noise"].append(tf.TensorSpec([None, D, model.mixture_components], dtype, name="gumbel"))
     specs["serve"] = tf.nest.map_structure(_tensor_spec, input_signature or serve_signature)
     root = tf.train.Checkpoint()  # a public trackable that takes any attribute
     outputs = {"serve": ("log_prob", [-1]), "log_prob": ("log_prob", [-1]), "sample": ("samples", [-1, D]),
                "sample_from_noise": ("samples", [-1, D])}
-    endpoints = {"serve": serve, "log_prob": log_prob, "sample": sample}
-    if _samples_from_noise(model):
-        endpoints["sample_from_noise"] = sample_from_noise
+    endpoints = {"serve": serve, "log_prob": log_prob, "sample": sample, "sample_from_noise": sample_from_noise}
     signatures = {}
     for name, fn in endpoints.items():
         if portable:
@@ -182,11 +185,6 @@ def _track_variables(root, functions) -> None:
     root.variables = list(used.values())
     root.trainable_variables = [v for v in root.variables if v.trainable]
     root.non_trainable_variables = [v for v in root.variables if not v.trainable]
-
-
-def _samples_from_noise(model) -> bool:
-    """Whether ``model`` has `DensityModel.sample_from_noise` (the mixtures have not)."""
-    return type(model)._from_noise is not DensityModel._from_noise
 
 
 def _within(context, fn):
@@ -284,6 +282,16 @@ class _GraphChecks:
                    f"{self.name}: {call}({x_name}, y) needs a row of y per row of {x_name} (or one row for all), "
                    f"got {x_name} of shape ", _shape_text(x), " and y of shape ", _shape_text(y), ".")
         return x, y
+
+    def gumbel(self, noise, gumbel: tuple) -> tuple:
+        """A mixture's ``gumbel`` ``[rows of noise, D, C]`` (``()`` for other models)."""
+        if not gumbel:
+            return ()
+        (g,) = gumbel
+        shape, want = tf.shape(g), tf.concat([tf.shape(noise)[:1], tf.shape(g)[1:]], 0)
+        return (_after(g, tf.reduce_all(tf.equal(shape, want)),
+                       f"{self.name}: sample_from_noise needs a row of gumbel per row of noise, got noise of shape ",
+                       _shape_text(noise), " and gumbel of shape ", _shape_text(g), "."),)
 
     def count(self, n):
         """``n >= 0``."""

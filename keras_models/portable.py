@@ -14,7 +14,8 @@ converters take):
 ``log_prob`` takes ``x [n, D]`` (and ``y [n, K]``) and gives ``log_prob [n]``;
 ``sample_from_noise`` takes standard normal ``noise [n, D]`` (and ``y``) that the client
 draws, and gives ``samples [n, D]``: exact samples, the same as the SavedModel's for the
-same noise. The mixtures (`MADEMoG`, `MAFMoG`) export ``log_prob`` only. The input
+same noise; the mixtures (`MADEMoG`, `MAFMoG`) take standard Gumbel ``gumbel [n, D, C]``
+too, which picks each variable's component. The input
 checks of the SavedModel's signatures do not survive conversion: feed the widths the
 model was built for.
 
@@ -25,6 +26,7 @@ changes nothing of TensorFlow's or NumPy's state.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 
@@ -32,23 +34,62 @@ import tensorflow as tf
 
 from keras_models._optional import require
 from keras_models.density_model import DensityModel
-from keras_models.export import _samples_from_noise, export_saved_model
+from keras_models.export import export_saved_model
 
-__all__ = ["endpoints", "export_litert", "export_onnx"]
+__all__ = ["ENDPOINTS", "FILES", "export_files", "export_litert", "export_onnx"]
 
+#: The signatures that leave TensorFlow.
 ENDPOINTS = ("log_prob", "sample_from_noise")
 
 
-def _portable_saved_model(model: DensityModel, directory: str) -> str:
-    path = os.path.join(directory, "saved_model")
-    export_saved_model(model, path, portable=True)
-    return path
+@contextlib.contextmanager
+def _portable_saved_model(model: DensityModel):
+    """``model``'s SavedModel traced for the converters, loaded; deleted on exit."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "saved_model")
+        export_saved_model(model, path, portable=True)
+        yield tf.saved_model.load(path)
 
 
-def endpoints(model: DensityModel) -> list:
-    """The signatures ``model`` exports beyond TensorFlow: ``log_prob``, and
-    ``sample_from_noise`` unless it is a mixture (`MADEMoG`, `MAFMoG`)."""
-    return [name for name in ENDPOINTS if name != "sample_from_noise" or _samples_from_noise(model)]
+#: The files `export_files` writes, by format and signature.
+FILES = {"onnx": {"log_prob": "model.onnx", "sample_from_noise": "model.sample_from_noise.onnx"},
+         "litert": {"log_prob, sample_from_noise": "model.tflite"}}
+
+
+def export_files(model: DensityModel, directory: str, formats=("onnx", "litert")) -> dict:
+    """Writes every signature in each format into ``directory`` (`FILES` names them),
+    from one SavedModel: what `export_onnx` and `export_litert` write, for the cost of
+    one trace (``tfp-maf export --format`` calls this).
+
+    Args:
+      model: a `keras_models.DensityModel`.
+      directory: where to write (created if missing).
+      formats: ``"onnx"`` and/or ``"litert"``.
+
+    Returns:
+      ``{format: {signatures: path}}``.
+
+    Raises:
+      ValueError: for another format, or ``"litert"`` of a float64 model.
+    """
+    unknown = sorted(set(formats) - set(FILES))
+    if unknown or not formats:
+        raise ValueError(f"{model.name}: export_files(formats=...) takes some of {sorted(FILES)}, got {formats!r}.")
+    if "litert" in formats:
+        _check_litert(model)
+    os.makedirs(directory, exist_ok=True)
+    written = {}
+    with _portable_saved_model(model) as loaded:
+        for format in formats:
+            written[format] = {}
+            for endpoints, name in FILES[format].items():
+                path = os.path.join(directory, name)
+                if format == "onnx":
+                    _write_onnx(loaded, endpoints, path)
+                else:
+                    _write_litert(loaded, path)
+                written[format][endpoints] = path
+    return written
 
 
 def export_onnx(model: DensityModel, path: str, endpoint: str = "log_prob", opset: int | None = None) -> str:
@@ -64,7 +105,7 @@ def export_onnx(model: DensityModel, path: str, endpoint: str = "log_prob", opse
       ``path``.
 
     Raises:
-      ValueError: for another endpoint, or ``"sample_from_noise"`` of a mixture.
+      ValueError: for another endpoint.
       ImportError: if the ``portable`` extra is not installed.
 
     Example (inputs and outputs are named as in the SavedModel):
@@ -79,15 +120,18 @@ def export_onnx(model: DensityModel, path: str, endpoint: str = "log_prob", opse
     >>> bool(np.allclose(log_p, model.log_prob(x), atol=1e-5))
     True
     """
-    if endpoint not in endpoints(model):
-        raise ValueError(f"{model.name}: export_onnx(endpoint=...) takes one of {endpoints(model)}, "
+    if endpoint not in ENDPOINTS:
+        raise ValueError(f"{model.name}: export_onnx(endpoint=...) takes one of {list(ENDPOINTS)}, "
                          f"got {endpoint!r}.")
-    tf2onnx = require("tf2onnx.convert", "ONNX export", extra="portable")
-    with tempfile.TemporaryDirectory() as directory:
-        loaded = tf.saved_model.load(_portable_saved_model(model, directory))
-        function = _signature_function(loaded, endpoint)
-        tf2onnx.from_function(function, function.input_signature, opset=opset, output_path=path)
+    with _portable_saved_model(model) as loaded:
+        _write_onnx(loaded, endpoint, path, opset)
     return path
+
+
+def _write_onnx(loaded, endpoint: str, path: str, opset: int | None = None) -> None:
+    tf2onnx = require("tf2onnx.convert", "ONNX export", extra="portable")
+    function = _signature_function(loaded, endpoint)
+    tf2onnx.from_function(function, function.input_signature, opset=opset, output_path=path)
 
 
 def _signature_function(loaded, name: str):
@@ -130,20 +174,21 @@ def export_litert(model: DensityModel, path: str) -> str:
     >>> bool(np.allclose(runner(x=x)["log_prob"], model.log_prob(x), atol=1e-5))
     True
     """
+    _check_litert(model)
+    with _portable_saved_model(model) as loaded:
+        _write_litert(loaded, path)
+    return path
+
+
+def _check_litert(model: DensityModel) -> None:
     if model.compute_dtype != "float32":
         raise ValueError(f"{model.name}: LiteRT runs float32 models; this one is {model.compute_dtype}.")
-    names = endpoints(model)
-    with tempfile.TemporaryDirectory() as directory:
-        saved_model = _portable_saved_model(model, directory)
-        if len(names) == 1:  # (one function alone would be named serving_default)
-            converter = tf.lite.TFLiteConverter.from_saved_model(saved_model, signature_keys=names)
-        else:
-            # From the signatures' functions: from_saved_model with two signature keys
-            # writes one of them, as serving_default (TensorFlow 2.21).
-            loaded = tf.saved_model.load(saved_model)
-            functions = [_signature_function(loaded, name).get_concrete_function() for name in names]
-            converter = tf.lite.TFLiteConverter.from_concrete_functions(functions, loaded)
-        flatbuffer = converter.convert()
+
+
+def _write_litert(loaded, path: str) -> None:
+    # From the signatures' functions: from_saved_model with two signature keys writes one
+    # of them, as serving_default (TensorFlow 2.21).
+    functions = [_signature_function(loaded, name).get_concrete_function() for name in ENDPOINTS]
+    flatbuffer = tf.lite.TFLiteConverter.from_concrete_functions(functions, loaded).convert()
     with open(path, "wb") as f:
         f.write(flatbuffer)
-    return path

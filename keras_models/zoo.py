@@ -203,7 +203,7 @@ class Gaussian(DensityModel):
             return log_p[0]
         return tf.reduce_logsumexp(tf.transpose(log_p) + tf.math.log(y), axis=-1)  # the mixture over classes
 
-    def _from_noise(self, noise, y):
+    def _from_noise(self, noise, y, gumbel):
         # x = m + L z, per class; a one-hot y picks its class (the weighted sum is exact).
         x = self.loc[None] + tf.tensordot(noise, self.scale_tril, [[1], [2]])  # [n, C, D]
         return x[:, 0] if y is None else tf.reduce_sum(x * y[:, :, None], axis=1)
@@ -347,12 +347,15 @@ class _FlowModel(DensityModel):
         flow = tfd.TransformedDistribution(self._base(y), GraphLocalChain(self._bijectors()))
         return tfp_maf.bind_kwargs(flow, y, training)
 
-    def _from_noise(self, noise, y):
+    def _from_noise(self, noise, y, gumbel):
         y = self.context(y, False)
-        x = noise  # the base's draw; the bijectors take it to the data side
+        x = self._base_from_noise(noise, y, gumbel)  # the base's draw; the bijectors take it to the data
         for bijector in reversed(self._bijectors()):
             x = bijector.forward(x, **tfp_maf.flow_kwargs(bijector, y, False))
         return x
+
+    def _base_from_noise(self, noise, y, gumbel):
+        return noise  # N(0, I)
 
     def _log_prob(self, x, y, training):
         # The distribution's density, by the bijectors' fused passes summed
@@ -650,8 +653,19 @@ class NSF(MAF):
         return config
 
 
+class _MixtureBase:
+    """What the models on a `tfp_maf.MADEMoG` base share: their noise has a Gumbel part."""
+
+    @property
+    def mixture_components(self) -> int:
+        return self.num_components
+
+    def _base_from_noise(self, noise, y, gumbel):
+        return self._base(y).sample_from_noise(noise, gumbel)
+
+
 @keras.saving.register_keras_serializable(package="keras_models")
-class MAFMoG(MAF):
+class MAFMoG(_MixtureBase, MAF):
     """MAF MoG (K): a MAF (K) whose base is a MADE MoG with C components.
 
     Section 4 of the paper: the base density of a `MAF` is a `MADEMoG` instead of
@@ -710,11 +724,9 @@ class MAFMoG(MAF):
     def _base(self, y):
         return tfp_maf.MADEMoG(self.base_made, conditional_input=y)
 
-    _from_noise = DensityModel._from_noise  # the mixture base's component choice: not offered
-
 
 @keras.saving.register_keras_serializable(package="keras_models")
-class MADEMoG(_FlowModel):
+class MADEMoG(_MixtureBase, _FlowModel):
     """MADE MoG: a MADE whose conditionals are mixtures of C Gaussians (C = 10).
 
     Section 4 of the paper (`tfp_maf.MADEMoG` holds the maths):
@@ -779,8 +791,6 @@ class MADEMoG(_FlowModel):
 
     def _distribution(self, y, training):
         return self._base(self.context(y, training))  # the MADE MoG itself, not a transformed one
-
-    _from_noise = DensityModel._from_noise  # the component choice: not offered
 
 
 @keras.saving.register_keras_serializable(package="keras_models")

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import keras_models as km
-from keras_models.portable import endpoints, export_litert
+from keras_models.portable import ENDPOINTS, export_files, export_litert
 from tfp_maf.testing import randomize_weights
 
 D, K, N = 3, 2, 5
@@ -55,12 +55,19 @@ def _model(family, conditional, dtype="float32", context=False):
     return model
 
 
-def _inputs(conditional, dtype):
+def _inputs(conditional, dtype, components=None):
     rng = np.random.default_rng(0)
     feeds = {"x": rng.normal(size=(N, D)).astype(dtype), "noise": rng.normal(size=(N, D)).astype(dtype)}
     if conditional:
         feeds["y"] = np.eye(K, dtype=dtype)[[0, 1, 1, 0, 1]]
+    if components:
+        feeds["gumbel"] = rng.gumbel(size=(N, D, components)).astype(dtype)
     return feeds
+
+
+def _noise_inputs(feeds):
+    """The inputs of sample_from_noise: noise, y, gumbel."""
+    return {name: feeds[name] for name in ("noise", "y", "gumbel") if name in feeds}
 
 
 def _expected(model, feeds, sample=True):
@@ -68,8 +75,7 @@ def _expected(model, feeds, sample=True):
     out = {"log_prob": model.log_prob(feeds["x"], y).numpy()}
     if sample:
         out["sample"] = model.sample(N, y, seed=SAMPLE_SEED).numpy()
-    if "sample_from_noise" in endpoints(model):
-        out["sample_from_noise"] = model.sample_from_noise(feeds["noise"], y).numpy()
+    out["sample_from_noise"] = model.sample_from_noise(feeds["noise"], y, feeds.get("gumbel")).numpy()
     return out
 
 
@@ -104,24 +110,22 @@ def exported(tmp_path_factory):
         model = _model(family, conditional, dtype, context)
         path = str(root / f"{i}-{family}")
         model.export(path)
-        feeds = _inputs(conditional, dtype)
+        feeds = _inputs(conditional, dtype, model.mixture_components)
         for name, value in feeds.items():
             np.save(f"{path}.{name}.npy", value)
         cells.append({"label": f"{family}, {'conditional' if conditional else 'unconditional'}, {dtype}"
                                f"{', context network' if context else ''}",
                       "dir": path, "expected": _expected(model, feeds), "dtype": dtype,
-                      "calls": _calls(model, path, conditional)})
+                      "calls": _calls(path, feeds)})
     return cells
 
 
-def _calls(model, path, conditional):
-    """The inputs of each signature, as file names (``x``, ``y``, ``noise``) or values."""
-    xy = {"x": f"{path}.x.npy", **({"y": f"{path}.y.npy"} if conditional else {})}
-    calls = {"serve": xy, "log_prob": xy,
-             "sample": {"n": N, "seed": SAMPLE_SEED, **({"y": f"{path}.y.npy"} if conditional else {})}}
-    if "sample_from_noise" in endpoints(model):
-        calls["sample_from_noise"] = {"noise": f"{path}.noise.npy", **({"y": f"{path}.y.npy"} if conditional else {})}
-    return calls
+def _calls(path, feeds):
+    """The inputs of each signature, as file names (``x``, ``y``, ``noise``, ``gumbel``) or values."""
+    y = {"y": f"{path}.y.npy"} if "y" in feeds else {}
+    xy = {"x": f"{path}.x.npy", **y}
+    return {"serve": xy, "log_prob": xy, "sample": {"n": N, "seed": SAMPLE_SEED, **y},
+            "sample_from_noise": {name: f"{path}.{name}.npy" for name in _noise_inputs(feeds)}}
 
 
 def _close(got, want, dtype, what):
@@ -133,7 +137,10 @@ def _want(cell, signature):
     return cell["expected"]["log_prob" if signature == "serve" else signature]
 
 
-def test_every_signature_of_every_cell_runs_in_tensorflows_session_loader(exported, tmp_path):
+def test_every_cell_runs_in_tensorflows_session_loader_and_saved_model_cli(exported, tmp_path):
+    """One test, so that one worker exports the matrix: every signature of every cell in the
+    session loader, then ``saved_model_cli run`` itself on each cell, one signature per cell
+    in turn (each signature runs on several cells)."""
     (tmp_path / "cells.json").write_text(json.dumps(
         [{"dir": c["dir"], "calls": c["calls"]} for c in exported]))
     done = subprocess.run([sys.executable, "-c", SESSION_CLIENT, str(tmp_path / "cells.json")],
@@ -143,19 +150,15 @@ def test_every_signature_of_every_cell_runs_in_tensorflows_session_loader(export
         for signature in cell["calls"]:
             got = np.load(f"{cell['dir']}.session.{signature}.npy")
             _close(got, _want(cell, signature), cell["dtype"], f"{cell['label']}: {signature}")
+    for index, cell in enumerate(exported):
+        _saved_model_cli_run(cell, list(cell["calls"])[index % len(cell["calls"])], tmp_path / str(index))
 
 
-@pytest.mark.parametrize("index", range(len(CELLS)))
-def test_saved_model_cli_run(exported, index, tmp_path):
-    """``saved_model_cli run`` itself on each cell, one signature per cell in turn (every
-    signature is run on several cells)."""
-    cell = exported[index]
-    names = list(cell["calls"])
-    signature = names[index % len(names)]
+def _saved_model_cli_run(cell, signature, outdir):
     files = ";".join(f"{k}={v}" for k, v in cell["calls"][signature].items() if isinstance(v, str))
     exprs = ";".join(f"{k}={v}" for k, v in cell["calls"][signature].items() if not isinstance(v, str))
     command = [str(Path(sys.executable).with_name("saved_model_cli")), "run", "--dir", cell["dir"],
-               "--tag_set", "serve", "--signature_def", signature, "--outdir", str(tmp_path)]
+               "--tag_set", "serve", "--signature_def", signature, "--outdir", str(outdir)]
     if files:
         command += ["--inputs", files]
     if exprs:
@@ -163,7 +166,7 @@ def test_saved_model_cli_run(exported, index, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, f"{cell['label']}: {signature}\n{done.stderr[-3000:]}"
-    (output,) = tmp_path.glob("*.npy")
+    (output,) = outdir.glob("*.npy")
     _close(np.load(output), _want(cell, signature), cell["dtype"], f"{cell['label']}: {signature}")
 
 
@@ -174,27 +177,37 @@ def test_onnx_runtime_and_litert_give_the_models_values(family, conditional, tmp
     from ai_edge_litert.interpreter import Interpreter
 
     model = _model(family, conditional)
-    feeds = _inputs(conditional, "float32")
+    feeds = _inputs(conditional, "float32", model.mixture_components)
     expected = _expected(model, feeds, sample=False)
-    y = {"y": feeds["y"]} if conditional else {}
-    litert = Interpreter(model_path=export_litert(model, str(tmp_path / "model.tflite")))
-    assert sorted(litert.get_signature_list()) == sorted(endpoints(model))
-    # ONNX: log_prob of every family; samples from noise of the flows (the Gaussian's and
-    # MADE's take the same ops, and LiteRT converts them here).
-    onnx_endpoints = endpoints(model) if family in ("maf5", "realnvp5", "nsf5") else ["log_prob"]
-    for endpoint in endpoints(model):
-        inputs = {"x" if endpoint == "log_prob" else "noise": feeds["x" if endpoint == "log_prob" else "noise"], **y}
+    files = export_files(model, str(tmp_path))  # every file, from one SavedModel
+    litert = Interpreter(model_path=files["litert"]["log_prob, sample_from_noise"])
+    assert sorted(litert.get_signature_list()) == sorted(ENDPOINTS)
+    for endpoint in ENDPOINTS:
+        inputs = ({"x": feeds["x"], **({"y": feeds["y"]} if conditional else {})} if endpoint == "log_prob"
+                  else _noise_inputs(feeds))
         output = "log_prob" if endpoint == "log_prob" else "samples"
-        if endpoint in onnx_endpoints:
-            session = onnxruntime.InferenceSession(model.export(str(tmp_path / f"{endpoint}.onnx"), format="onnx",
-                                                                endpoint=endpoint))
-            (onnx_out,) = session.run([output], inputs)
-            _close(onnx_out, expected[endpoint], "float32", f"{family}: ONNX Runtime {endpoint}")
+        (onnx_out,) = onnxruntime.InferenceSession(files["onnx"][endpoint]).run([output], inputs)
+        _close(onnx_out, expected[endpoint], "float32", f"{family}: ONNX Runtime {endpoint}")
         lite_out = litert.get_signature_runner(endpoint)(**inputs)[output]
         _close(lite_out, expected[endpoint], "float32", f"{family}: LiteRT {endpoint}")
 
 
-def test_sample_from_noise_inverts_the_flow_and_matches_sample():
+def test_model_export_writes_onnx_and_litert_files(tmp_path):
+    """The Keras call, for each format and endpoint."""
+    import onnxruntime
+    from ai_edge_litert.interpreter import Interpreter
+
+    model = _model("maf5", True)
+    feeds = _inputs(True, "float32")
+    path = model.export(str(tmp_path / "noise.onnx"), format="onnx", endpoint="sample_from_noise")
+    (samples,) = onnxruntime.InferenceSession(path).run(["samples"], _noise_inputs(feeds))
+    _close(samples, model.sample_from_noise(feeds["noise"], feeds["y"]), "float32", "ONNX")
+    path = model.export(str(tmp_path / "model.tflite"), format="litert")
+    log_p = Interpreter(model_path=path).get_signature_runner("log_prob")(x=feeds["x"], y=feeds["y"])["log_prob"]
+    _close(log_p, model.log_prob(feeds["x"], feeds["y"]), "float32", "LiteRT")
+
+
+def test_sample_from_noise_matches_sample():
     """The noise-to-sample map is the flow's forward direction: the model's own sampler,
     fed the same noise, draws the same samples."""
     model = _model("maf5", True)
@@ -205,12 +218,26 @@ def test_sample_from_noise_inverts_the_flow_and_matches_sample():
     np.testing.assert_allclose(samples, model.distribution(y).sample(seed=[4, 5]).numpy(), atol=1e-5)
 
 
-def test_mixtures_and_bad_options_are_refused_with_the_reason(tmp_path):
+def test_a_mixtures_noise_sample_is_the_one_of_its_one_pass_sampler():
+    """MADE MoG: the D-pass graph (what leaves TensorFlow) and the one-pass engine give the
+    same sample for the same normal and Gumbel noise."""
+    model = _model("made-mog", True)
+    feeds = _inputs(True, "float32", model.mixture_components)
+    portable = model.sample_from_noise(feeds["noise"], feeds["y"], feeds["gumbel"]).numpy()
+    one_pass = model.distribution(feeds["y"]).sample_from_noise(feeds["noise"], feeds["gumbel"]).numpy()
+    np.testing.assert_allclose(portable, one_pass, atol=1e-5)
+
+
+def test_bad_options_are_refused_with_the_reason(tmp_path):
     mixture = _model("made-mog", False)
-    with pytest.raises(NotImplementedError, match="mixture component"):
+    with pytest.raises(ValueError, match="needs standard Gumbel draws of shape \\[n, 3, 2\\]"):
         mixture.sample_from_noise(np.zeros((2, D), np.float32))
-    with pytest.raises(ValueError, match="takes one of \\['log_prob'\\]"):
-        mixture.export(str(tmp_path / "m.onnx"), format="onnx", endpoint="sample_from_noise")
+    with pytest.raises(ValueError, match="expected gumbel of shape \\[n, 3, 2\\], got shape \\[2, 3, 4\\]"):
+        mixture.sample_from_noise(np.zeros((2, D), np.float32), gumbel=np.zeros((2, D, 4), np.float32))
+    with pytest.raises(TypeError, match="samples from noise alone"):
+        _model("maf5", False).sample_from_noise(np.zeros((2, D), np.float32), gumbel=np.zeros((2, D, 2)))
+    with pytest.raises(ValueError, match="takes one of \\['log_prob', 'sample_from_noise'\\]"):
+        mixture.export(str(tmp_path / "m.onnx"), format="onnx", endpoint="sample")
     with pytest.raises(ValueError, match="LiteRT runs float32"):
         export_litert(_model("made", False, "float64"), str(tmp_path / "m.tflite"))
     with pytest.raises(TypeError, match="takes no \\['endpoint'\\]"):

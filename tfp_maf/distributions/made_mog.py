@@ -8,7 +8,7 @@ import math
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from tfp_maf import _checks
+from tfp_maf import _checks, sampling
 from tfp_maf._tracking import LayerVariables
 
 tfd = tfp.distributions
@@ -220,6 +220,43 @@ class MADEMoG(LayerVariables, tfd.Distribution):
         if hasattr(self._made, "sample_sequentially"):  # a tfp_maf MADE
             return self._mask_aware_sample(shape, gumbel, normal, conditional_input)
         return self._plain_sample(shape, gumbel, normal, conditional_input)
+
+    def sample_from_noise(self, normal, gumbel, conditional_input=None):
+        """The sample that given noise makes: what `sample` computes from the noise it draws.
+
+            pick_i = argmax_c(logits_ic + gumbel_ic),  x_i = m_i,pick + exp(a_i,pick) normal_i
+
+        with the parameters of ``made(x_<i, y)``, variable by variable in the MADE's
+        order. Within `tfp_maf.sampling.full_passes` it runs D full passes of the MADE
+        (the graph that ONNX and LiteRT converters take), else one pass spread over D
+        steps.
+
+        Args:
+          normal: ``[n, D]`` standard normal draws.
+          gumbel: ``[n, D, C]`` standard Gumbel draws (``-log(-log(u))`` of uniform
+            ``u``), one per variable and component.
+          conditional_input: ``y`` ``[n, K]`` or ``[1, K]``, else the bound one.
+
+        Returns:
+          ``[n, D]`` samples.
+
+        Example:
+
+        >>> import numpy as np
+        >>> from tfp_maf import MADENetwork
+        >>> made = MADENetwork(2, hidden_units=[8], num_components=3, seed=0)
+        >>> rng = np.random.default_rng(0)
+        >>> normal = rng.standard_normal((4, 2)).astype(np.float32)
+        >>> gumbel = rng.gumbel(size=(4, 2, 3)).astype(np.float32)
+        >>> MADEMoG(made).sample_from_noise(normal, gumbel).shape
+        TensorShape([4, 2])
+        """
+        conditional_input = self._given(conditional_input)
+        normal = tf.convert_to_tensor(normal, self.dtype)
+        gumbel = tf.convert_to_tensor(gumbel, self.dtype)
+        if hasattr(self._made, "sample_sequentially") and not sampling.full_passes_active():
+            return self._mask_aware_sample(tf.shape(normal), gumbel, normal, conditional_input)
+        return self._plain_sample(tf.shape(normal), gumbel, normal, conditional_input)
 
     def _plain_sample(self, shape, gumbel, normal, conditional_input):
         """D full passes: for any autoregressive callable (and as the oracle)."""
