@@ -345,6 +345,11 @@ class DensityModel(keras.Model):
             if gumbel.shape.rank is not None and gumbel.shape[1:] != [self.event_size, C]:
                 raise ValueError(f"{self.name}: expected gumbel of shape [n, {self.event_size}, {C}], "
                                  f"got shape {gumbel.shape.as_list()}.")
+        if tf.executing_eagerly():  # one traced program per model for every n (see log_prob)
+            return self._traced("sample_from_noise", y, self._noise_sample)(noise, y, gumbel)
+        return self._noise_sample(noise, y, gumbel)
+
+    def _noise_sample(self, noise, y, gumbel):
         with full_passes(), without_gradients(), kernels_as_stored():
             return self._from_noise(noise, y, gumbel)
 

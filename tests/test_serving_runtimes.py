@@ -252,3 +252,48 @@ def test_the_serving_pages_onnx_and_litert_blocks_run_alone(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     for block in blocks:
         exec(compile(block, "docs/serving.md", "exec"), {})  # each on its own
+
+
+def _stand_in_prediction_service(path):
+    """TF Serving's gRPC ``Predict`` for one SavedModel: the signature the request names,
+    its inputs and named outputs as TensorProtos. Enough to run the page's client."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    loaded = tf.saved_model.load(path)
+
+    class StandIn(prediction_service_pb2_grpc.PredictionServiceServicer):
+        def Predict(self, request, context):  # noqa: N802 (the service's method name)
+            signature = loaded.signatures[request.model_spec.signature_name or "serving_default"]
+            inputs = {name: tf.constant(tf.make_ndarray(proto)) for name, proto in request.inputs.items()}
+            response = predict_pb2.PredictResponse()
+            for name, value in signature(**inputs).items():
+                response.outputs[name].CopyFrom(tf.make_tensor_proto(value.numpy()))
+            return response
+
+    return StandIn()
+
+
+def test_the_serving_pages_grpc_client_runs_against_a_local_prediction_service(tmp_path):
+    from concurrent import futures
+
+    import grpc
+    from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+    model = km.MAF(2, hidden_units=[8], num_layers=2, seed=0)
+    randomize_weights(model, seed=1, scale=0.3)
+    model.export(str(tmp_path / "maf5"))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+        _stand_in_prediction_service(str(tmp_path / "maf5")), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        page = (Path(__file__).parents[1] / "docs" / "serving.md").read_text()
+        (block,) = [b.split("```", 1)[0] for b in page.split("```python\n")[1:] if "PredictRequest" in b]
+        namespace = {}
+        exec(compile(block.replace("localhost:8500", f"127.0.0.1:{port}"), "docs/serving.md", "exec"), namespace)
+    finally:
+        server.stop(None)
+    x = np.array([[0.0, 0.0], [4.0, 4.0]], np.float32)
+    _close(namespace["log_p"], model.log_prob(x), "float32", "gRPC log_prob")
