@@ -42,8 +42,9 @@ def _load_data(args):
     return splits
 
 
-#: Arguments that may change between an interrupted run and its resumption.
-_RESUMABLE_CHANGES = {"verbose", "quiet", "max_minutes", "func"}
+#: Arguments that may change between an interrupted run and its resumption (``verbose``:
+#: an option of earlier versions, kept in their args.json).
+_RESUMABLE_CHANGES = {"verbose", "quiet", "max_minutes", "restart", "func"}
 
 #: The command's choices, here rather than imported so that ``--help`` needs no
 #: TensorFlow (the tests check them against `keras_models.zoo.MODELS` and
@@ -80,6 +81,24 @@ def _check_resumable(out: Path, args) -> None:
         )
 
 
+def _check_not_finished(out: Path, args) -> None:
+    """Refuses to train over a finished run unless ``--restart`` says so: it says what is
+    there and what to pass. (An interrupted run, with its backup, resumes instead.)"""
+    metrics_path = out / METRICS_FILE
+    if args.restart or not metrics_path.exists() or (out / BACKUP_DIR).exists():
+        return
+    try:
+        metrics = json.loads(metrics_path.read_text())
+        found = (f"{metrics['model']} on {metrics['dataset']}, {metrics['epochs']} epochs, test "
+                 f"log-likelihood {metrics['test_log_likelihood']:.3f}")
+    except (ValueError, KeyError, TypeError):
+        found = f"its {METRICS_FILE}"
+    raise SystemExit(
+        f"tfp-maf: {out} holds a finished run ({found}). Pass a new --out for a new run, or "
+        f"--restart to train again here ({MODEL_FILE} is kept as {PREVIOUS_MODEL_FILE})."
+    )
+
+
 def _save_model(model, out: Path) -> None:
     """Saves ``model.keras`` atomically; a model already there becomes
     ``model.previous.keras`` instead of being lost."""
@@ -97,6 +116,8 @@ def cmd_train(args) -> dict:
     from keras_models import experiment
 
     out = Path(args.out)
+    if args.restart:  # from the first epoch: an interrupted run's backup goes
+        shutil.rmtree(out / BACKUP_DIR, ignore_errors=True)
     _check_resumable(out, args)
     if args.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -244,11 +265,17 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train a model; writes model.keras and metrics.json to --out")
     train.add_argument("--dataset", default=None, choices=DATASET_NAMES,
                        help="default: the paper's Figure 1 density (figure1)")
-    train.add_argument("--model", default="maf5", choices=MODEL_NAMES)
+    train.add_argument("--model", default="maf5", choices=MODEL_NAMES, help="default: %(default)s")
     train.add_argument("--conditional", action="store_true", help="model p(x | y) (labelled data)")
     train.add_argument("--data-dir", default=None,
                        help="data root with <dataset>/<file>; default $TFP_MAF_DATA, else ~/.tfp_maf/data")
-    train.add_argument("--out", default="runs/default")
+    train.add_argument("--out", default="runs/default",
+                       help="the run directory: model.keras, metrics.json, and a backup while it trains; "
+                            "the same command resumes an interrupted run (default: %(default)s)")
+    train.add_argument("--restart", action="store_true",
+                       help="start the run in --out over, finished or interrupted (its model.keras is kept "
+                            "as model.previous.keras); without it a finished run is refused and an "
+                            "interrupted one resumes")
     train.add_argument("--hidden-units", type=int, nargs="+", default=None,
                        help="default: the paper's option --size-option for the dataset")
     train.add_argument("--size-option", type=int, default=0,
@@ -257,11 +284,16 @@ def _parser() -> argparse.ArgumentParser:
                        help="train without XLA (default: XLA unless the run is too short to repay "
                             "its compilation; keras_models.training.compile_as_paper)")
     train.add_argument("--protocol", choices=PROTOCOLS, default="paper", help=PROTOCOL_HELP)
-    train.add_argument("--batch-size", type=int, default=100)
-    train.add_argument("--max-epochs", type=int, default=1000)
-    train.add_argument("--max-minutes", type=float, default=None)
-    train.add_argument("--patience", type=int, default=30)
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--batch-size", type=int, default=100, help="default: %(default)s, the paper's")
+    train.add_argument("--max-epochs", type=int, default=1000,
+                       help="epoch cap (default: %(default)s: early stopping decides)")
+    train.add_argument("--max-minutes", type=float, default=None,
+                       help="time budget of this call; the same command again goes on (default: none)")
+    train.add_argument("--patience", type=int, default=30,
+                       help="epochs without a better validation loss before stopping (default: %(default)s, "
+                            "the paper's)")
+    train.add_argument("--seed", type=int, default=0,
+                       help="seed of the data split, the weights and the batches (default: %(default)s)")
     train.add_argument("--learning-rate", type=float, default=None,
                        help="Adam's step size (default: the paper's, 1e-3 MADE and MADE MoG, 1e-4 flows)")
     train.add_argument("--deterministic", action="store_true",
@@ -270,18 +302,19 @@ def _parser() -> argparse.ArgumentParser:
                        help="soft-bound the flows' log-scales to +-B "
                             "(off, as in the paper; try 10 on heavy-tailed data)")
     train.add_argument("--quiet", action="store_true", help="no progress on stderr (the JSON result only)")
-    train.add_argument("--verbose", action="store_true",
-                       help="(kept for old scripts: progress is shown unless --quiet)")
     train.set_defaults(func=cmd_train)
 
     reproduce = sub.add_parser(
         "reproduce", help="train the paper's models on a dataset; write results/<dataset>.json, .md and figures")
-    reproduce.add_argument("--dataset", default="figure1", choices=DATASET_NAMES)
+    reproduce.add_argument("--dataset", default="figure1", choices=DATASET_NAMES,
+                           help="default: %(default)s, the paper's Figure 1 density")
     reproduce.add_argument("--models", nargs="+", default=None, choices=MODEL_NAMES,
                            help="default: all eight of the paper's tables")
-    reproduce.add_argument("--conditional", action="store_true")
-    reproduce.add_argument("--data-dir", default=None)
-    reproduce.add_argument("--results", default="results")
+    reproduce.add_argument("--conditional", action="store_true", help="the class-conditional table (mnist, cifar10)")
+    reproduce.add_argument("--data-dir", default=None,
+                           help="data root with <dataset>/<file>; default $TFP_MAF_DATA, else ~/.tfp_maf/data")
+    reproduce.add_argument("--results", default="results",
+                           help="where <dataset>.json, .md and figures go (default: %(default)s)")
     reproduce.add_argument("--size-options", type=int, nargs="+", default=None,
                            help="indices of the paper's hidden-size options to try (default: all)")
     reproduce.add_argument("--runs", default=None,
@@ -291,32 +324,32 @@ def _parser() -> argparse.ArgumentParser:
                            help="budget per training run in this call; the same command again goes on")
     reproduce.add_argument("--max-epochs", type=int, default=1000,
                            help="epoch cap per training run (default 1000: early stopping decides)")
-    reproduce.add_argument("--seed", type=int, default=0)
+    reproduce.add_argument("--seed", type=int, default=0, help="default: %(default)s")
     reproduce.add_argument("--protocol", choices=PROTOCOLS, default="paper", help=PROTOCOL_HELP)
     reproduce.add_argument("--learning-rate", type=float, default=None,
                            help="Adam's step size in place of the paper's (1e-3 MADE, MADE MoG; 1e-4 flows); "
                                 "such rows are marked and kept beside the paper's-protocol rows")
-    reproduce.add_argument("--no-figures", action="store_true")
+    reproduce.add_argument("--no-figures", action="store_true", help="write the tables only (no matplotlib)")
     reproduce.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    reproduce.add_argument("--verbose", action="store_true",
-                           help="(kept for old scripts: progress is shown unless --quiet)")
     reproduce.set_defaults(func=cmd_reproduce, patience=30)  # the paper's
 
     evaluate = sub.add_parser("evaluate", help="print the test log-likelihood of a trained model")
-    evaluate.add_argument("--out", required=True)
-    evaluate.add_argument("--dataset", default=None)
-    evaluate.add_argument("--data-dir", default=None)
+    evaluate.add_argument("--out", required=True, help="the run directory that tfp-maf train wrote")
+    evaluate.add_argument("--dataset", default=None, choices=DATASET_NAMES,
+                          help="default: the one the run was trained on")
+    evaluate.add_argument("--data-dir", default=None,
+                          help="data root with <dataset>/<file>; default $TFP_MAF_DATA, else ~/.tfp_maf/data")
     evaluate.set_defaults(func=cmd_evaluate)
 
     sample = sub.add_parser("sample", help="print samples from a trained model as JSON")
-    sample.add_argument("--out", required=True)
-    sample.add_argument("-n", type=int, default=10)
-    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--out", required=True, help="the run directory that tfp-maf train wrote")
+    sample.add_argument("-n", type=int, default=10, help="how many samples (default: %(default)s)")
+    sample.add_argument("--seed", type=int, default=0, help="the same seed, the same samples (default: %(default)s)")
     sample.add_argument("--label", type=int, default=None, help="class to sample (conditional models)")
     sample.set_defaults(func=cmd_sample)
 
     export = sub.add_parser("export", help="write a SavedModel (TF Serving), ONNX or LiteRT files")
-    export.add_argument("--out", required=True)
+    export.add_argument("--out", required=True, help="the run directory that tfp-maf train wrote")
     export.add_argument("--format", choices=["saved_model", "onnx", "litert"], default="saved_model",
                         help="saved_model: serve, log_prob, sample, sample_from_noise; onnx: <out>/model.onnx "
                              "(log_prob) and <out>/model.sample_from_noise.onnx; litert: <out>/model.tflite, both "
@@ -380,6 +413,8 @@ def _check_directories(args) -> None:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     _check_directories(args)
+    if args.command == "train":  # at once, before TensorFlow is imported
+        _check_not_finished(Path(args.out), args)
     _import_tensorflow_quietly()
     from keras_models._optional import MissingOptionalDependency
     from keras_models.data import DatasetFileNotFoundError

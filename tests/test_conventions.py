@@ -412,3 +412,20 @@ def test_cli_choices_match_the_zoo_and_the_loaders():
     assert sorted(cli.MODEL_NAMES) == sorted(MODELS)
     assert sorted(cli.DATASET_NAMES) == sorted(LOADERS)
     assert cli.PROTOCOLS == PROTOCOLS
+
+
+def test_every_cli_option_says_what_it_does_and_its_default():
+    import argparse
+
+    import tfp_maf_cli as cli
+
+    parser = cli._parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for command, sub in commands.choices.items():
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            option = f"tfp-maf {command} {'/'.join(action.option_strings)}"
+            assert action.help, f"{option} has no help text"
+            shows_default = "default" in action.help or action.default in (None, False) or action.required
+            assert shows_default, f"{option}: its help does not give its default {action.default!r}"

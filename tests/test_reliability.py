@@ -81,13 +81,17 @@ def test_resuming_with_other_arguments_is_refused(tmp_path):
         cli.main(["train", "--model", "maf5", "--out", str(tmp_path)])
 
 
-def test_retraining_keeps_the_previous_model(tmp_path):
+def test_a_finished_run_is_trained_again_only_on_request_and_keeps_its_model(tmp_path):
     import tfp_maf_cli as cli
 
     args = ["train", "--model", "gaussian", "--out", str(tmp_path)]
     cli.main(args)
     first = (tmp_path / "model.keras").read_bytes()
-    cli.main(args)
+    with pytest.raises(SystemExit, match="holds a finished run \\(gaussian on figure1, .* test log-likelihood "
+                                         "-[0-9.]+\\). Pass a new --out .* or --restart"):
+        cli.main(args)
+    assert (tmp_path / "model.keras").read_bytes() == first  # untouched
+    cli.main([*args, "--restart"])
     assert (tmp_path / "model.previous.keras").read_bytes() == first
 
 
