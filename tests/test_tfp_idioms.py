@@ -283,3 +283,23 @@ def test_a_users_tf_function_does_not_autograph_convert_our_code(capsys):
         tf.autograph.set_verbosity(0)
     converted = [line for line in capsys.readouterr().out.splitlines() if line.startswith("def tf__")]
     assert converted == [], converted
+
+
+def test_a_flow_bound_to_rows_of_y_has_their_batch_shape_and_draws_independently():
+    """The README's TFP example: p(x | y) bound to y [2, K] is a batch of two
+    distributions, as TFP's are: sample(3) is [3, 2, D] of distinct draws."""
+    made = tfp_maf.MADENetwork(2, hidden_units=[16], conditional_dims=3, output_kernel_initializer="glorot_uniform",
+                               seed=0)
+    bn = tfp_maf.BatchNormState(2, name="bn")
+    flow = tfd.TransformedDistribution(
+        tfd.MultivariateNormalDiag(loc=np.zeros(2, np.float32)),
+        tfp.bijectors.Chain([tfp_maf.MaskedAutoregressive(made, name="made"), bn.bijector()]))
+    given_y = tfp_maf.bind_kwargs(flow, conditional_input=np.eye(3, dtype=np.float32)[[0, 2]])
+    assert given_y.batch_shape == [2]
+    draws = given_y.sample(3, seed=1).numpy()
+    assert draws.shape == (3, 2, 2)
+    assert len({tuple(np.round(row, 6)) for row in draws.reshape(-1, 2)}) == 6, draws
+    assert given_y.log_prob(draws).shape == [3, 2]
+    assert given_y.log_prob(np.zeros(2, np.float32)).shape == [2]  # x broadcast against the batch
+    one = tfp_maf.bind_kwargs(flow, conditional_input=np.eye(3, dtype=np.float32)[0])  # y [K]: batch []
+    assert one.batch_shape == [] and one.sample(4, seed=2).shape == [4, 2]

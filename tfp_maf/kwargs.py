@@ -120,9 +120,11 @@ def bind_kwargs(distribution, conditional_input=None, training=None):
       A distribution of the same kind over the same bijector and layers, whose
       `log_prob`, `sample`, `experimental_sample_and_log_prob`, ... route the bound
       keywords with no ``bijector_kwargs``. Keywords a call passes are added to the
-      bound ones, and win where both name the same part. A conditional base (a
-      `tfp_maf.MADEMoG`) is bound too, and takes ``y``'s batch shape; another base
-      keeps its own, and ``y`` broadcasts against its samples.
+      bound ones, and win where both name the same part. Bound to ``y`` of shape
+      ``batch + [K]``, it has batch shape ``batch`` (broadcast with the base's), as
+      TFP's distributions have their parameters': ``sample(m)`` gives
+      ``[m, *batch, D]`` of independent draws, and ``log_prob`` broadcasts ``x``
+      against ``batch``. A conditional base (a `tfp_maf.MADEMoG`) is bound too.
 
     Raises:
       TypeError: if ``distribution`` is neither a `tfd.TransformedDistribution`
@@ -139,8 +141,10 @@ def bind_kwargs(distribution, conditional_input=None, training=None):
     ...     tfp.distributions.MultivariateNormalDiag(loc=np.zeros(2, np.float32)),
     ...     MaskedAutoregressive(made, name="maf"))
     >>> given_y = bind_kwargs(flow, conditional_input=np.eye(3, dtype=np.float32)[[0, 2]])
-    >>> given_y.sample(seed=1).shape, given_y.log_prob(np.zeros((2, 2), np.float32)).shape
-    (TensorShape([2, 2]), TensorShape([2]))
+    >>> given_y.batch_shape, given_y.sample(seed=1).shape, given_y.sample(3, seed=1).shape
+    (TensorShape([2]), TensorShape([2, 2]), TensorShape([3, 2, 2]))
+    >>> given_y.log_prob(np.zeros((2, 2), np.float32)).shape
+    TensorShape([2])
     """
     # One tensor for every part and every call (TFP's cache matches keywords by identity).
     conditional_input = as_conditional_input(conditional_input, distribution.dtype)
@@ -157,6 +161,10 @@ def bind_kwargs(distribution, conditional_input=None, training=None):
     base = distribution.distribution
     if isinstance(base, (MADEMoG, *TRANSFORMED_DISTRIBUTION_TYPES)):
         base = bind_kwargs(base, conditional_input, training)
+    elif conditional_input is not None and base.batch_shape != conditional_input.shape[:-1]:
+        # p(x | y) has y's batch shape, as a TFP distribution has its parameters': one
+        # independent draw per row of y (a base of batch [] would give every row the same).
+        base = tfd.BatchBroadcast(base, with_shape=tf.shape(conditional_input)[:-1])
 
     def split(kwargs):
         return (
