@@ -439,9 +439,8 @@ class MAF(_FlowModel):
         ``docs/conditional.md``).
       l2: the L2 penalty on every kernel, ``1e-6`` as in the paper; 0 for none.
         It is added to the gradient, not to the reported ``loss``.
-      seed: seed of the MADEs' random hidden degrees (MADE ``i`` gets
-        ``seed + i``); the weights' initial values come from Keras' random state
-        (``keras.utils.set_random_seed``).
+      seed: seed of the MADEs' orders, degrees and initial weights (MADE ``i``
+        gets ``seed + i``): the same seed gives the same model, in any process.
       log_scale_bound: None (the paper) or ``B``: bounds every log-scale softly
         to ``+-B`` (`tfp_maf.math.soft_bound`), against overflow on wild data.
       hidden_degrees: ``"sequential"`` (the paper) or ``"random"`` (the paper's
@@ -529,7 +528,8 @@ class MADE(MAF):
         ``"tanh"`` (the paper's choice for GAS).
       conditional_dims: the width of the side information ``y``, or None.
       l2: the L2 penalty on every kernel, ``1e-6`` as in the paper.
-      seed: seed of random hidden degrees.
+      seed: seed of the random hidden degrees and initial weights: the same seed,
+        the same model.
       log_scale_bound: None (the paper) or a soft bound ``B`` on the log-scales.
       hidden_degrees: ``"sequential"`` (the paper) or ``"random"``.
       kernel_blocks: the kernel storage (see `MAF`).
@@ -690,7 +690,7 @@ class MAFMoG(_MixtureBase, MAF):
       activation: ``"relu"`` (the paper's default) or ``"tanh"`` (GAS).
       conditional_dims: the width of the side information ``y``, or None.
       l2: the L2 penalty on every kernel, ``1e-6`` as in the paper.
-      seed: seed of random hidden degrees (MADE ``i`` gets ``seed + i``, the base
+      seed: seed of the degrees and initial weights (MADE ``i`` gets ``seed + i``, the base
         ``seed + K``).
       log_scale_bound: None (the paper) or a soft bound ``B`` on the MAF layers'
         log-scales (the base's mixture is not bounded).
@@ -752,7 +752,8 @@ class MADEMoG(_MixtureBase, _FlowModel):
       activation: ``"relu"`` (the paper's default) or ``"tanh"`` (GAS).
       conditional_dims: the width of the side information ``y``, or None.
       l2: the L2 penalty on every kernel, ``1e-6`` as in the paper.
-      seed: seed of random hidden degrees.
+      seed: seed of the random hidden degrees and initial weights: the same seed,
+        the same model.
       hidden_degrees: ``"sequential"`` (the paper) or ``"random"``.
       kernel_blocks: the kernel storage (see `MAF`).
       kernel_blocks_device: the device kind ``kernel_blocks="auto"`` chooses for.
@@ -825,7 +826,10 @@ class RealNVP(_FlowModel):
       l2: the L2 penalty on every kernel, ``1e-6`` as in the paper.
       log_scale_bound: None (the paper) or a soft bound ``B`` on the log-scales.
 
-    The other keywords of the zoo (``activation``, ``seed``, ``hidden_degrees``,
+      seed: seed of the initial weights (coupling ``i`` gets ``seed + i``): the
+        same seed gives the same model.
+
+    The other keywords of the zoo (``activation``, ``hidden_degrees``,
     ``kernel_blocks``, ``num_components``) are accepted and saved in the config,
     but change nothing here: the networks' activations are fixed and there is no
     MADE.
@@ -865,7 +869,8 @@ class RealNVP(_FlowModel):
                 tfp_maf.CouplingNetworks(
                     len(copied), len(transformed), self.hidden_units,
                     conditional_dims=self.context_dims,
-                    kernel_regularizer=_regularizer(self.l2), dtype=self.dtype_policy, name=f"coupling_{i}",
+                    kernel_regularizer=_regularizer(self.l2), seed=self.seed + i, dtype=self.dtype_policy,
+                    name=f"coupling_{i}",
                 )
             )
         self.norms = [self._batch_norm(i) for i in range(self.num_layers)]

@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from tfp_maf import _checks
+from tfp_maf.layers._seeds import seeded
 from tfp_maf.math import broadcast_batch
 
 __all__ = ["CouplingNetworks"]
@@ -30,6 +31,8 @@ class CouplingNetworks(keras.layers.Layer):
       hidden_units: hidden layer sizes of each network (the same for both).
       conditional_dims: width of ``y``, or ``None``.
       kernel_regularizer: applied to every kernel, e.g. ``keras.regularizers.L2(1e-6)``.
+      seed: seed of the hidden kernels' initial values (each its own stream): the
+        same seed gives the same networks. None: random, from Keras' global seed.
       **kwargs: Keras' layer arguments (``name``, ``dtype``, ...).
 
     Attributes:
@@ -70,25 +73,28 @@ class CouplingNetworks(keras.layers.Layer):
         hidden_units: Sequence[int] = (64, 64),
         conditional_dims: int | None = None,
         kernel_regularizer=None,
+        seed: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.seed = seed
         self.num_copied = int(num_copied)
         self.num_transformed = int(num_transformed)
         self.hidden_units = [int(h) for h in hidden_units]
         self.conditional_dims = None if conditional_dims is None else int(conditional_dims)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         width = self.num_copied + (self.conditional_dims or 0)
-        self.scale_net = self._network("tanh", width, "scale")
-        self.shift_net = self._network("relu", width, "shift")
+        self.scale_net = self._network("tanh", width, "scale", stream=0)
+        self.shift_net = self._network("relu", width, "shift", stream=100)
         self.built = True
 
-    def _network(self, activation, width, prefix):
+    def _network(self, activation, width, prefix, stream):
         layers = []
         for i, units in enumerate(self.hidden_units):
             layer = keras.layers.Dense(
                 units,
                 activation=activation,
+                kernel_initializer=seeded("glorot_uniform", self.seed, stream + i),
                 kernel_regularizer=self.kernel_regularizer,
                 dtype=self.dtype_policy,
                 name=f"{prefix}_hidden_{i}",
@@ -135,5 +141,6 @@ class CouplingNetworks(keras.layers.Layer):
             hidden_units=self.hidden_units,
             conditional_dims=self.conditional_dims,
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
+            seed=self.seed,
         )
         return config

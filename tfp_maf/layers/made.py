@@ -46,6 +46,7 @@ import tensorflow as tf
 from tfp_maf import _checks, masks, sampling
 from tfp_maf._devices import check_device_kind
 from tfp_maf._tracking import sublayers
+from tfp_maf.layers._seeds import seeded
 from tfp_maf.layers.block_layout import BlockLayout, auto_blocks, reorder, staircase
 from tfp_maf.math import broadcast_batch
 
@@ -190,19 +191,6 @@ def _mask_tensor(mask, dtype) -> tf.Tensor:
     rank, seen = ranks
     # Shaped in NumPy: indexing the tensors would add a slice and its three constants each.
     return tf.cast(tf.constant(rank[:, None]) < tf.constant(seen[None, :]), dtype)
-
-
-def _fresh(initializer):
-    """A new instance of ``initializer``, for one weight. Keras' random initializers fix
-    their seed when they are made and draw the same values at every call: one instance
-    shared by two layers gave the second a scaled copy of the first's draws (correlation
-    1.0 on the positions they share). An instance made with ``seed=None`` makes a new
-    seed (from Keras' global seed: `keras.utils.set_random_seed` still decides them all);
-    one made with an int seed keeps it, as Keras' own layers do. A plain function (any
-    callable Keras accepts) has no seed to renew and is used as it is."""
-    if not isinstance(initializer, keras.initializers.Initializer):
-        return initializer
-    return initializer.__class__.from_config(initializer.get_config())
 
 
 class _MaskConstraint(keras.constraints.Constraint):
@@ -522,7 +510,9 @@ class MADENetwork(keras.layers.Layer):
         default: every hidden layer) or ``"first_layer"`` (the first hidden layer
         only, as the paper's published code wires it); the names are those of TFP's
         Keras 2 MADE layer. Without hidden layers ``y`` feeds the output either way.
-      seed: seed of the random order and random degrees.
+      seed: seed of the random order and random degrees, and of the initial weights
+        (each weight its own stream): the same seed gives the same network. None:
+        random, from Keras' global seed.
       kernel_initializer: initializer of the hidden kernels.
       output_kernel_initializer: initializer of the output kernel. The default
         ``None`` means zeros for the Gaussian head, so that a MAF starts as the
@@ -683,7 +673,7 @@ class MADENetwork(keras.layers.Layer):
                 units,
                 mask,
                 activation=None,  # applied after adding the y projection
-                kernel_initializer=_fresh(self.kernel_initializer),
+                kernel_initializer=seeded(self.kernel_initializer, seed, i),
                 kernel_regularizer=self.kernel_regularizer,
                 blocks=self._blocks(mask),
                 dtype=self.dtype_policy,
@@ -697,8 +687,8 @@ class MADENetwork(keras.layers.Layer):
         self.output_layer = MaskedDense(
             D * self.params_per_dim,
             output_mask,
-            kernel_initializer=_fresh(keras.initializers.get(output_kernel_initializer)),
-            bias_initializer=_fresh(self.output_bias_initializer),
+            kernel_initializer=seeded(output_kernel_initializer, seed, 1000),
+            bias_initializer=seeded(self.output_bias_initializer, seed, 1001),
             kernel_regularizer=self.kernel_regularizer,
             blocks=self._blocks(output_mask),
             dtype=self.dtype_policy,
@@ -715,7 +705,7 @@ class MADENetwork(keras.layers.Layer):
                 self.add_weight(
                     name=f"conditional_kernel_{i}",
                     shape=(self.conditional_dims, w),
-                    initializer=_fresh(self.kernel_initializer),
+                    initializer=seeded(self.kernel_initializer, seed, 2000 + i),
                     regularizer=self.kernel_regularizer,
                 )
                 for i, w in enumerate(widths)
