@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import operator
+import types
 from collections.abc import Mapping
 
 import keras
@@ -175,12 +176,13 @@ def check_whole_executions(model, method, args, kwargs, names) -> None:
 
 
 def dataset_shuffle(method, args, kwargs) -> dict:
-    """``kwargs`` with ``shuffle=False`` when ``x`` is a `tf.data.Dataset` and no
-    ``shuffle`` was given: a Dataset is shuffled by its own pipeline, and Keras'
-    default ``shuffle=True`` changes nothing there but a ``UserWarning`` on every
-    ``fit`` call (Keras 3.15). A ``shuffle`` the caller gave is passed on as given."""
+    """``kwargs`` with ``shuffle=False`` when ``x`` is a `tf.data.Dataset` or a Python
+    generator and no ``shuffle`` was given: these are shuffled (or not) by whoever
+    makes them, and Keras' default ``shuffle=True`` changes nothing there but a
+    ``UserWarning`` on every ``fit`` call (Keras 3.15). A ``shuffle`` the caller gave
+    is passed on as given."""
     given = inspect.signature(method).bind_partial(*args, **kwargs).arguments
-    if "shuffle" in given or not isinstance(given.get("x"), tf.data.Dataset):
+    if "shuffle" in given or not isinstance(given.get("x"), (tf.data.Dataset, types.GeneratorType)):
         return kwargs
     return {**kwargs, "shuffle": False}
 

@@ -5,6 +5,11 @@ variance; at evaluation it uses those of the whole training set, as it reaches t
 batch norm: the training data mapped towards the noise, in evaluation mode, through
 the bijectors before it. `set_batch_norm_statistics` does that pass;
 `BatchNormStatistics` runs it before each validation and at the end of training.
+
+Without it, `EpochStatistics`, which every `keras_models.DensityModel.fit` adds, stores
+in each batch norm the mean and variance of the rows it normalised in the epoch, the
+later batches weighted more: near the pass's figures, as far as the weights change
+within the epoch, at no cost of a pass.
 """
 
 from __future__ import annotations
@@ -22,10 +27,16 @@ from tfp_maf._tracking import sublayers
 from tfp_maf.bijectors._fused import FusedBijector
 from tfp_maf.layers import kernels_as_stored
 
-__all__ = ["BatchNormStatistics", "batch_norm_layers", "set_batch_norm_statistics"]
+__all__ = ["BatchNormStatistics", "EpochStatistics", "batch_norm_layers", "set_batch_norm_statistics"]
 
 #: Values (rows times columns) per call of `set_batch_norm_statistics` by default.
 BATCH_VALUES = 2**21
+
+#: `EpochStatistics` weighs a minibatch by ``e`` less over each such fraction of the
+#: epoch after it ...
+WINDOW_FRACTION = 0.25
+#: ... or over this many minibatches where that is more (and in an epoch of unknown length).
+MIN_WINDOW = 25
 
 #: Rows mapped between two passes of `set_batch_norm_statistics` stay in memory up to
 #: this size, and go to a temporary file beyond it.
@@ -304,3 +315,70 @@ class BatchNormStatistics(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         # Runs after EarlyStopping restored the best weights (callbacks run in order).
         self._update()
+
+
+class EpochStatistics(keras.callbacks.Callback):
+    """Each epoch, every batch norm's stored statistics become the mean and variance
+    of the rows it normalised in that epoch (`tfp_maf.BatchNormState.store_epoch_moments`):
+    before validation and when the epoch ends, ahead of every other callback, so that
+    early stopping, checkpoints and backups keep them with the weights.
+
+    The later minibatches weigh more: a minibatch's weight falls by a factor ``e``
+    over each `WINDOW_FRACTION` of the epoch after it (at least `MIN_WINDOW`
+    minibatches; all of them alike in an epoch that short). The bijectors before a
+    batch norm change as they train, and the statistics are for the weights at the
+    epoch's end: weighted alike, the rows of a 5-epoch Real NVP on data far from 0
+    put its densities 0.5 nats from the exact pass; weighted so, 0.06.
+
+    `keras_models.DensityModel.fit` puts it first in its callbacks, unless they hold a
+    `BatchNormStatistics` (the paper's exact pass, which `fit_as_paper` uses): a plain
+    ``fit``, with any input form or under `tf.distribute`, leaves a model whose
+    densities are right, as Keras' own batch normalization does with its moving
+    statistics.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from keras_models import MAF
+    >>> x = np.random.default_rng(0).normal(3.0, 2.0, (64, 2)).astype(np.float32)
+    >>> model = MAF(2, num_layers=1, hidden_units=[8])
+    >>> model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    >>> _ = model.fit(x, epochs=1, batch_size=16, verbose=0)  # adds the callback
+
+    The first batch norm sees the data through the MADE before it:
+
+    >>> import tfp_maf
+    >>> u = tfp_maf.MaskedAutoregressive(model.mades[0]).inverse(x).numpy()
+    >>> bool(np.allclose(model.norms[0].mean.numpy(), u.mean(0), atol=0.05))
+    True
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._steps = None  # of the last epoch, when Keras does not know them
+
+    def _layers(self):
+        return _named_batch_norm_layers(self.model).values()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        steps = self.params.get("steps") or self._steps
+        window = MIN_WINDOW if steps is None else max(steps * WINDOW_FRACTION, min(steps, MIN_WINDOW))
+        for layer in self._layers():
+            layer.reset_epoch_moments(window)
+        self._first_step = self._iterations()
+
+    def _iterations(self):
+        optimizer = getattr(self.model, "optimizer", None)
+        return None if optimizer is None else int(optimizer.iterations.numpy())
+
+    def _store(self):
+        for layer in self._layers():
+            layer.store_epoch_moments()
+
+    def on_test_begin(self, logs=None):
+        self._store()  # validation within fit: this epoch's rows so far
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._store()
+        if self._first_step is not None:
+            self._steps = (self._iterations() - self._first_step) or None

@@ -9,7 +9,8 @@ validation loss, the best weights restored, the batch norms' statistics set from
 training set, `BatchNormStatistics`). The callbacks work in any ``fit``; see
 `fit_as_paper` for the whole recipe.
 
-Example: the paper's optimizer and the callback a plain ``fit`` needs for batch norms:
+Example: the paper's optimizer, and the paper's batch-norm statistics (a pass over the
+whole training set) in a plain ``fit``, in place of those ``fit`` stores each epoch:
 
 >>> import numpy as np
 >>> from keras_models import MAF, training
@@ -36,7 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_models import _kernel_layout
-from keras_models.batch_norm_statistics import BatchNormStatistics
+from keras_models.batch_norm_statistics import BatchNormStatistics, EpochStatistics
 from keras_models.data.pipeline import counts_its_passes
 from keras_models.density_model import DensityModel
 from keras_models.optimizers import FusedAdam
@@ -45,6 +46,7 @@ from keras_models.zoo import LEARNING_RATES
 
 __all__ = [
     "BatchNormStatistics",
+    "EpochStatistics",
     "RunBackup",
     "ShuffleEpoch",
     "StopOnNonFinite",

@@ -75,6 +75,48 @@ def test_statistics_change_only_through_set_statistics(setup):
     assert [w.name for w in bn.trainable_weights] == ["beta", "gamma"]
 
 
+def test_epoch_moments_are_those_of_every_row_normalised_in_training(setup):
+    x, _ = setup
+    bn = BatchNormState(3, dtype="float64")
+    shifted = x * [1.0, 10.0, 0.1] + [0.0, 1000.0, -5.0]  # far from 0: the merge must stay exact
+    for start in range(0, 100, 30):  # batches of 30, 30, 30 and 10 rows
+        bn(shifted[start:start + 30], training=True)
+    bn(shifted, training=False)  # evaluation adds nothing
+    assert bn.store_epoch_moments()
+    np.testing.assert_allclose(bn.mean.numpy(), shifted.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(bn.variance.numpy(), shifted.var(0), rtol=1e-10)
+    # The sums are not weights: neither trained, saved nor listed.
+    assert [w.name for w in bn.weights] == ["beta", "gamma", "mean", "variance"]
+
+
+def test_epoch_moments_weigh_later_batches_by_the_window(setup):
+    x, _ = setup
+    bn = BatchNormState(3, dtype="float64")
+    bn.reset_epoch_moments(window=2.0)
+    first, second = x[:50], x[50:] + 10.0
+    bn(first, training=True)
+    bn(second, training=True)
+    w = np.exp(-1 / 2.0)  # the first batch's weight, relative to the second's
+    mean = (w * first.mean(0) + second.mean(0)) / (1 + w)
+    variance = (w * ((first - mean) ** 2).mean(0) + ((second - mean) ** 2).mean(0)) / (1 + w)
+    assert bn.store_epoch_moments()
+    np.testing.assert_allclose(bn.mean.numpy(), mean, rtol=1e-12)
+    np.testing.assert_allclose(bn.variance.numpy(), variance, rtol=1e-10)
+    with pytest.raises(ValueError, match="window must be None or > 0 minibatches, got 0"):
+        bn.reset_epoch_moments(window=0)
+
+
+def test_epoch_moments_store_nothing_without_rows_or_when_not_finite(setup):
+    x, _ = setup
+    bn = BatchNormState(3, dtype="float64")
+    bn.set_statistics([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+    bn.reset_epoch_moments()
+    assert not bn.store_epoch_moments()  # no row since the reset
+    bn(np.where(np.arange(100)[:, None] == 3, np.inf, x), training=True)
+    assert not bn.store_epoch_moments()  # a diverged step keeps the statistics it had
+    np.testing.assert_array_equal(bn.mean.numpy(), [1.0, 2.0, 3.0])
+
+
 def test_layer_bijector_reads_current_weights(setup):
     x, _ = setup
     bn = BatchNormState(3, dtype="float64")

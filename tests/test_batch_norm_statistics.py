@@ -103,3 +103,99 @@ def test_rows_written_to_a_file_read_back_exactly(monkeypatch):
             rows.write(start, values[start:start + 10])
         np.testing.assert_array_equal(rows.read(0, 37), values)
         np.testing.assert_array_equal(rows.read(15, 22), values[15:22])
+
+
+# -- the statistics a plain `fit` leaves ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shifted_figure1():
+    """The Figure 1 density moved far from 0 (its columns' means 12 and 10, their
+    standard deviations 4.8 and 4): initial statistics (0, 1) would be tens of nats off."""
+    splits = km.data.load_figure1(n_train=3000, n_val=10, n_test=2000, seed=0)
+    return splits.x_train + np.float32(10.0), splits.x_test + np.float32(10.0)
+
+
+def _exact_gap(model, x_train, x_test):
+    """``log_prob`` after fit, less that after the paper's exact statistics pass (nats)."""
+    after_fit = float(np.mean(model.log_prob(x_test)))
+    model.set_batch_norm_statistics(x_train)
+    return after_fit - float(np.mean(model.log_prob(x_test)))
+
+
+@pytest.mark.parametrize("form", ["arrays", "tf.data"])
+@pytest.mark.parametrize("family", ["MAF", "MAFMoG", "RealNVP", "NSF"])
+def test_a_plain_fit_leaves_densities_within_half_a_nat_of_the_exact_pass(family, form, shifted_figure1):
+    import keras
+    import tensorflow as tf
+
+    x_train, x_test = shifted_figure1
+    model = getattr(km, family)(2, hidden_units=[64, 64], num_layers=5, seed=1)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    if form == "arrays":
+        model.fit(x_train, batch_size=100, epochs=5, verbose=0)
+    else:
+        model.fit(tf.data.Dataset.from_tensor_slices(x_train).shuffle(3000, seed=0).batch(100), epochs=5, verbose=0)
+    evaluated = -model.evaluate(x_test, batch_size=500, verbose=0)
+    np.testing.assert_allclose(evaluated, np.mean(model.log_prob(x_test)), rtol=1e-5)
+    assert abs(_exact_gap(model, x_train, x_test)) < 0.5
+
+
+def _conditional_rows(n=600):
+    rng = np.random.default_rng(0)
+    y = np.eye(2, dtype=np.float32)[rng.integers(0, 2, n)]
+    x = (rng.normal(size=(n, 2)) + 20.0 * y).astype(np.float32)
+    return x, y
+
+
+@pytest.mark.parametrize("form", ["(x, y) arrays", "tf.data of (x, y)", "generator"])
+def test_every_input_form_sets_the_statistics(form):
+    import keras
+    import tensorflow as tf
+
+    x, y = _conditional_rows()
+    model = km.MAF(2, hidden_units=[16], num_layers=2, conditional_dims=2, seed=0)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    if form == "(x, y) arrays":
+        model.fit(x, y, batch_size=50, epochs=2, verbose=0)
+    elif form == "tf.data of (x, y)":
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(50), epochs=2, verbose=0)
+    else:
+        def batches():
+            while True:
+                for start in range(0, len(x), 50):
+                    yield x[start:start + 50], y[start:start + 50]
+        model.fit(batches(), steps_per_epoch=12, epochs=2, verbose=0)
+    stored = [(layer.mean.numpy().copy(), layer.variance.numpy().copy()) for layer in bns.batch_norm_layers(model)]
+    after_fit = float(np.mean(model.log_prob(x, y)))
+    model.set_batch_norm_statistics(x, y)
+    for (mean, variance), layer in zip(stored, bns.batch_norm_layers(model), strict=True):
+        # The rows' moments under weights that moved within the epoch: near the pass's.
+        np.testing.assert_allclose(mean, layer.mean.numpy(), rtol=0.15, atol=0.3)
+        np.testing.assert_allclose(variance, layer.variance.numpy(), rtol=0.3)
+    assert abs(after_fit - float(np.mean(model.log_prob(x, y)))) < 0.5
+
+
+def test_callbacks_see_the_epochs_statistics_and_the_exact_pass_takes_precedence():
+    import keras
+
+    x, _ = _conditional_rows()
+    model = km.MAF(2, hidden_units=[16], num_layers=2, seed=0)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    seen = []
+    user = keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: seen.append(model.norms[0].mean.numpy().copy()))
+    callbacks = keras.callbacks.CallbackList([user], add_history=True, model=model)
+    given = list(callbacks.callbacks)
+    model.fit(x, batch_size=50, epochs=2, verbose=0, callbacks=callbacks)
+    assert callbacks.callbacks == given  # the caller's list is left as it was
+    # Stored before the user's callback ran (as early stopping and checkpoints need).
+    np.testing.assert_array_equal(seen[-1], model.norms[0].mean.numpy())
+    assert not np.allclose(seen[-1], 0.0)
+
+    # With the paper's callback, the statistics are its exact pass over x, untouched after.
+    model.fit(x, batch_size=50, epochs=1, verbose=0, callbacks=[km.training.BatchNormStatistics(x)])
+    stored = [layer.mean.numpy().copy() for layer in bns.batch_norm_layers(model)]
+    model.set_batch_norm_statistics(x)
+    for mean, layer in zip(stored, bns.batch_norm_layers(model), strict=True):
+        np.testing.assert_array_equal(mean, layer.mean.numpy())

@@ -49,3 +49,16 @@ def test_training_set_statistics_are_set_under_a_strategy(mirrored):
         assert not np.allclose(var, 1.0)  # set from the data, not left at the initial values
         np.testing.assert_allclose(mean, mean_plain, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(var, var_plain, rtol=1e-4)
+
+
+def test_a_plain_fit_stores_the_global_batches_statistics_under_a_strategy(mirrored):
+    runs = mirrored["plain_fit"]
+    single, distributed = runs["single"], runs["mirrored"]
+    # The MADEs start as the identity: the first batch norm sees the data (mean 5), each
+    # later one the batches the one before normalised (mean 0, variance 1).
+    assert not np.allclose(distributed["stored"][0][0], 0.0, atol=1.0)
+    for (mean, var), (mean_single, var_single) in zip(distributed["stored"], single["stored"], strict=True):
+        np.testing.assert_allclose(mean, mean_single, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(var, var_single, rtol=1e-5)
+    trained = runs["mirrored_trained"]
+    assert abs(trained["log_prob"] - trained["exact"]) < 0.5

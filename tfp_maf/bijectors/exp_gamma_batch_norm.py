@@ -35,15 +35,22 @@ def batch_moments(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     >>> mean.numpy().tolist(), variance.numpy().tolist()
     ([2.0, 4.0], [1.0, 4.0])
     """
+    return _counted_moments(x)[1:]
+
+
+def _counted_moments(x):
+    """``(rows, mean, variance)`` of `batch_moments`, ``rows`` the global batch's size
+    (in the dtype of ``x``)."""
     flat = tf.reshape(x, [-1, tf.shape(x)[-1]])
+    rows = tf.cast(tf.shape(flat)[0], flat.dtype)
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
-        return tf.nn.moments(flat, axes=[0])
+        return (rows, *tf.nn.moments(flat, axes=[0]))
     total = tf.distribute.ReduceOp.SUM
-    count = context.all_reduce(total, tf.cast(tf.shape(flat)[0], flat.dtype))
-    mean = context.all_reduce(total, tf.reduce_sum(flat, axis=0)) / count
-    variance = context.all_reduce(total, tf.reduce_sum(tf.square(flat - mean), axis=0)) / count
-    return mean, variance
+    rows = context.all_reduce(total, rows)
+    mean = context.all_reduce(total, tf.reduce_sum(flat, axis=0)) / rows
+    variance = context.all_reduce(total, tf.reduce_sum(tf.square(flat - mean), axis=0)) / rows
+    return rows, mean, variance
 
 
 class ExpGammaBatchNorm(FusedBijector):
@@ -75,6 +82,11 @@ class ExpGammaBatchNorm(FusedBijector):
       mean: stored mean ``m``, shape ``[D]``.
       variance: stored variance ``v``, shape ``[D]``.
       epsilon: ``eps``; the paper uses ``1e-5``.
+      on_batch_moments: None, or ``f(rows, mean, variance)``, called (in the
+        graph, when tracing) with each minibatch's size and statistics whenever
+        ``training`` normalises by them: how `tfp_maf.layers.BatchNormState`
+        keeps the statistics of what it normalised in an epoch. Gradients do not
+        flow into it.
       validate_args: TFP's flag.
       name: the bijector's name (unique within a `tfb.Chain`, so that
         ``training`` reaches it: see `tfp_maf.flow_kwargs`).
@@ -122,10 +134,14 @@ class ExpGammaBatchNorm(FusedBijector):
         mean,
         variance,
         epsilon: float = 1e-5,
+        on_batch_moments=None,
         validate_args: bool = False,
         name: str = "exp_gamma_batch_norm",
     ):
         parameters = dict(locals())
+        if on_batch_moments is not None and not callable(on_batch_moments):
+            raise TypeError(f"{name}: on_batch_moments must be None or callable, got {on_batch_moments!r}.")
+        self._on_batch_moments = on_batch_moments
         dtype = _common_dtype(beta, gamma, mean, variance)
         # Keep the references: weights read at call time, so one bijector
         # stays correct while its variables train.
@@ -158,9 +174,15 @@ class ExpGammaBatchNorm(FusedBijector):
         if training is None or training is False:
             return mean, variance
         if training is True:
-            return batch_moments(x)
+            return self._batch_moments(x)
         # A boolean tensor (a Keras learning-phase placeholder, say).
-        return tf.cond(tf.convert_to_tensor(training), lambda: batch_moments(x), lambda: (mean, variance))
+        return tf.cond(tf.convert_to_tensor(training), lambda: self._batch_moments(x), lambda: (mean, variance))
+
+    def _batch_moments(self, x):
+        rows, mean, variance = _counted_moments(x)
+        if self._on_batch_moments is not None:
+            self._on_batch_moments(*(tf.stop_gradient(v) for v in (rows, mean, variance)))
+        return mean, variance
 
     def _log_scale(self, gamma, variance, x):
         per_dim = gamma - 0.5 * tf.math.log(variance + self._epsilon)

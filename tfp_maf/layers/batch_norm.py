@@ -20,9 +20,16 @@ class BatchNormState(keras.layers.Layer):
     returns bound to this layer's variables. ``beta`` and ``gamma`` start at
     zero (the identity, up to the normalisation). ``mean`` and ``variance``
     are not trained: the paper sets them to the statistics of the whole
-    training set, which `set_statistics` does explicitly (the owning model
-    calls it before each validation and at the end of training). They are
-    saved with the layer.
+    training set, which `set_statistics` does explicitly. They are saved with
+    the layer.
+
+    Every minibatch the layer normalises in training (``training=True``) is
+    also summed into its *epoch moments*: the exact mean and variance of all
+    the rows it normalised since `reset_epoch_moments`, which
+    `store_epoch_moments` makes the stored statistics. A
+    `keras_models.DensityModel`'s ``fit`` does both each epoch, so the
+    statistics follow the training data with no pass of their own. The sums
+    are not weights: they are neither trained nor saved.
 
     Calling the layer maps data to noise (the bijector's inverse), with the
     minibatch's statistics when ``training=True``.
@@ -60,6 +67,7 @@ class BatchNormState(keras.layers.Layer):
         self.variance = self.add_weight(
             name="variance", shape=(D,), initializer="ones", trainable=False
         )
+        self._epoch = _EpochMoments(D, self.variable_dtype)
         self.built = True
 
     def bijector(self, name: str | None = None) -> ExpGammaBatchNorm:
@@ -90,8 +98,54 @@ class BatchNormState(keras.layers.Layer):
             self.mean.value,
             self.variance.value,
             epsilon=self.epsilon,
+            on_batch_moments=self._epoch.add,
             name=name or self.name,
         )
+
+    def reset_epoch_moments(self, window: float | None = None) -> None:
+        """Forgets the rows normalised in training so far (an epoch starts).
+
+        Args:
+          window: None (the default): every minibatch from now on counts alike.
+            Else a minibatch's weight falls by a factor ``e`` over each ``window``
+            minibatches that follow it, so that the moments follow the bijectors
+            before this batch norm as they train (an exponentially weighted
+            mean and variance; a ``window`` of ``w`` weighs about the last ``w``
+            minibatches).
+
+        Raises:
+          ValueError: if ``window`` is not positive.
+        """
+        if window is not None and not window > 0:
+            raise ValueError(f"{self.name}: window must be None or > 0 minibatches, got {window!r}.")
+        self._epoch.reset(1.0 if window is None else float(np.exp(-1.0 / window)))
+
+    def store_epoch_moments(self) -> bool:
+        """Sets ``mean`` and ``variance`` to those of the rows normalised in
+        training since `reset_epoch_moments` (or since the layer was made),
+        weighted as `reset_epoch_moments` says.
+
+        Returns:
+          True if they were set; False, leaving them as they were, if no row was
+          normalised or the moments are not finite (a diverged step).
+
+        Example:
+
+        >>> import numpy as np
+        >>> bn = BatchNormState(1)
+        >>> for batch in ([[0.], [2.]], [[4.], [6.]]):
+        ...     _ = bn(np.array(batch, np.float32), training=True)
+        >>> bn.store_epoch_moments()
+        True
+        >>> float(bn.mean.numpy()[0]), float(bn.variance.numpy()[0])  # of 0, 2, 4, 6
+        (3.0, 5.0)
+        """
+        rows, mean, variance = self._epoch.result()
+        if rows == 0 or not (np.all(np.isfinite(mean)) and np.all(np.isfinite(variance))):
+            return False
+        self.mean.assign(mean)
+        self.variance.assign(np.maximum(variance, 0))
+        return True
 
     def set_statistics(self, mean, variance) -> None:
         """Sets the evaluation-time statistics (the training set's, in the paper).
@@ -134,3 +188,52 @@ class BatchNormState(keras.layers.Layer):
         config = super().get_config()
         config.update(event_size=self.event_size, epsilon=self.epsilon)
         return config
+
+
+class _EpochMoments:
+    """The row count, mean and sum of squared deviations of the minibatches a batch
+    norm normalised, merged batch by batch in the graph (Chan, Golub and LeVeque's
+    pairwise update, stable where the variance is small against the mean), the
+    earlier rows weighted by ``decay`` at each minibatch (West's weighted update;
+    ``rows`` is then the sum of the weights).
+
+    A plain object, so that neither Keras nor TensorFlow's checkpoints track its
+    variables: they are not weights of the layer, nor saved. Under `tf.distribute`
+    they sync on read and keep the first replica's: every replica sees the moments
+    of the global batch (`tfp_maf.bijectors.batch_moments`), so each adds the same
+    figures, with no communication of its own.
+    """
+
+    def __init__(self, size: int, dtype):
+        def variable(name, shape):
+            return tf.Variable(
+                tf.zeros(shape, dtype), trainable=False, name=name,
+                synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            )
+
+        self.rows, self.mean, self.m2 = variable("rows", []), variable("mean", [size]), variable("m2", [size])
+        self.decay = variable("decay", [])  # a minibatch's weight, per minibatch after it
+        self.decay.assign(tf.ones([], dtype))
+
+    def add(self, rows, mean, variance):
+        """Merges one minibatch: its row count, mean and (biased) variance."""
+        decay = self.decay.read_value()
+        before = self.rows.read_value() * decay
+        total = before + rows
+        delta = mean - self.mean.read_value()
+        self.m2.assign(self.m2.read_value() * decay + variance * rows
+                       + tf.square(delta) * tf.math.divide_no_nan(before * rows, total))
+        self.mean.assign_add(delta * tf.math.divide_no_nan(rows, total))
+        self.rows.assign(total)
+
+    def reset(self, decay: float = 1.0):
+        for variable in (self.rows, self.mean, self.m2):
+            variable.assign(tf.zeros_like(variable))
+        self.decay.assign(tf.constant(decay, self.decay.dtype))
+
+    def result(self):
+        """``(rows, mean, variance)`` as NumPy values, the variance biased."""
+        rows = float(self.rows.numpy())
+        m2 = self.m2.numpy()
+        return rows, self.mean.numpy(), m2 / rows if rows else m2
