@@ -110,11 +110,28 @@ def _save_model(model, out: Path) -> None:
     os.replace(partial, target)
 
 
+def _check_model_options(args) -> None:
+    """Refuses a model option that ``--model`` does not take, rather than ignoring it."""
+    from keras_models.zoo import MODELS, model_keywords
+
+    takes = model_keywords(args.model)
+    for option, keyword, given in (
+        ("--hidden-units", "hidden_units", args.hidden_units is not None),
+        ("--size-option", "hidden_units", args.size_option != 0),
+        ("--log-scale-bound", "log_scale_bound", args.log_scale_bound is not None),
+        ("--protocol", "hidden_units", args.protocol != "paper"),
+    ):
+        if given and keyword not in takes:
+            others = ", ".join(name for name in MODELS if keyword in model_keywords(name))
+            raise ValueError(f"{option} changes nothing in {args.model}; the models it applies to: {others}.")
+
+
 def cmd_train(args) -> dict:
     import tensorflow as tf
 
     from keras_models import experiment
 
+    _check_model_options(args)
     out = Path(args.out)
     if args.restart:  # from the first epoch: an interrupted run's backup goes
         shutil.rmtree(out / BACKUP_DIR, ignore_errors=True)

@@ -286,7 +286,7 @@ def dead_unit_run(splits, name: str, learning_rate: float, init=None) -> dict:
     from keras_models import presets, zoo
 
     keras.utils.set_random_seed(0)
-    model = zoo.build(name, splits.event_size, **presets.model_kwargs("mnist"), seed=0)
+    model = zoo.build(name, splits.event_size, **presets.model_kwargs("mnist", model=name), seed=0)
     if init is not None:
         init(model)
     model.compile(optimizer=keras.optimizers.Adam(learning_rate), jit_compile=True, steps_per_execution=10)

@@ -45,7 +45,10 @@ STEPS_PER_EPOCH = 500  # 50,000 training images, batches of 100
 
 
 def epoch_time(splits, name: str, steps: int, jit: bool, blocks="auto") -> dict:
-    model = zoo.build(name, splits.event_size, **presets.model_kwargs("mnist"), kernel_blocks=blocks)
+    kwargs = presets.model_kwargs("mnist", model=name)
+    if "kernel_blocks" in zoo.model_keywords(name):  # the models on MADEs
+        kwargs["kernel_blocks"] = blocks
+    model = zoo.build(name, splits.event_size, **kwargs)
     training.compile_as_paper(model, name, jit_compile=jit)
     per_call = int(model.steps_per_execution)
     steps = whole_executions(steps, per_call)

@@ -67,7 +67,7 @@ def training_rate(model, ds, steps, batch_size, repeats):
 
 
 def measure(name, splits, steps, batch_size, repeats):
-    kwargs = presets.model_kwargs(name)
+    kwargs = presets.model_kwargs(name, model="maf5")
     model = training.compile_as_paper(zoo.build("maf5", splits.event_size, **kwargs), "maf5")
     train = splits.pipelines(batch_size=batch_size).train
     pipe, pipe_times = pipeline_rate(train, 20 * steps, batch_size, repeats)

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import copy
+import inspect
+
 import keras
 import tensorflow as tf
 import tensorflow_probability as tfp
 
 from keras_models import _checks
 from keras_models._checks import unpack
-from keras_models.batch_norm_statistics import set_batch_norm_statistics
+from keras_models.batch_norm_statistics import (
+    BatchNormStatistics,
+    EpochStatistics,
+    set_batch_norm_statistics,
+)
 from tfp_maf import apply_masks
 from tfp_maf._graph_memory import (
     custom_gradients_released,
@@ -20,7 +27,7 @@ from tfp_maf.sampling import full_passes, without_gradients
 
 tfd = tfp.distributions
 
-__all__ = ["DensityModel", "unpack"]
+__all__ = ["DensityModel", "keywords", "unpack"]
 
 # A user's `tf.function` converts with AutoGraph every function of ours it calls, unless
 # told not to: our code has no tensor-dependent Python control flow, and converting it
@@ -89,7 +96,16 @@ class DensityModel(keras.Model):
     True
     """
 
+    #: Keywords of a base class's constructor that this model fixes and refuses.
+    fixed_keywords: tuple[str, ...] = ()
+    #: Keys that earlier releases saved in this model's config and that changed nothing:
+    #: dropped, by name, when such a config loads.
+    retired_config_keys: tuple[str, ...] = ()
+
     def __init__(self, event_size: int, conditional_dims: int | None = None, **kwargs):
+        unknown = [key for key in kwargs if key not in KERAS_KEYWORDS]
+        if unknown:
+            raise type(self)._not_taken(unknown[0])
         super().__init__(**kwargs)
         if int(event_size) < 1:
             raise ValueError(f"event_size must be >= 1, got {event_size}.")
@@ -436,7 +452,21 @@ class DensityModel(keras.Model):
     # -- training --------------------------------------------------------------
 
     def fit(self, *args, **kwargs):
+        """Keras' ``fit``, with the batch norms' statistics kept right.
+
+        Each epoch every batch norm stores the mean and variance of the rows it
+        normalised, the later batches weighted more, before validation and at the
+        epoch's end (`keras_models.batch_norm_statistics.EpochStatistics`, put first in
+        ``callbacks``), so `log_prob` and ``evaluate`` after ``fit`` see statistics of
+        the training data. With a `BatchNormStatistics` callback among ``callbacks``
+        (as `keras_models.training.fit_as_paper` passes) the statistics are instead
+        the paper's: a pass over the whole training set with the final weights.
+        Arguments are Keras'.
+        """
         kwargs = _checks.dataset_shuffle(super().fit, args, kwargs)
+        # By name from here: the callbacks may come positionally.
+        args, kwargs = (), dict(inspect.signature(super().fit).bind(*args, **kwargs).arguments)
+        kwargs["callbacks"] = _with_epoch_statistics(self, kwargs.get("callbacks"))
         return self._checked_call(super().fit, args, kwargs, ("steps_per_epoch", "validation_steps"))
 
     def evaluate(self, *args, **kwargs):
@@ -563,6 +593,46 @@ class DensityModel(keras.Model):
         config.update(event_size=self.event_size, conditional_dims=self.conditional_dims)
         return config
 
+    @classmethod
+    def from_config(cls, config):
+        config = {key: value for key, value in config.items() if key not in cls.retired_config_keys}
+        return cls(**config)
+
+    @classmethod
+    def refuse_fixed(cls, kwargs) -> None:
+        """TypeError for a keyword in ``kwargs`` that this model fixes (`fixed_keywords`)."""
+        for key in cls.fixed_keywords:
+            if key in kwargs:
+                raise cls._not_taken(key)
+
+    @classmethod
+    def _not_taken(cls, key: str) -> TypeError:
+        return TypeError(f"{cls.__name__} takes no keyword {key!r}: it takes {', '.join(keywords(cls))}.")
+
+
+#: Keras' own model keywords, which every model passes on to `keras.Model`.
+KERAS_KEYWORDS = ("name", "dtype", "trainable")
+
+
+def keywords(cls) -> tuple[str, ...]:
+    """The keywords ``cls(event_size, ...)`` takes, a `DensityModel` class: those its
+    constructors declare, less its `DensityModel.fixed_keywords`, then `KERAS_KEYWORDS`.
+
+    Example:
+
+    >>> from keras_models import Gaussian
+    >>> keywords(Gaussian)
+    ('conditional_dims', 'name', 'dtype', 'trainable')
+    """
+    declared = []
+    for klass in cls.__mro__[:cls.__mro__.index(DensityModel) + 1]:  # mixins too, not Keras'
+        init = klass.__dict__.get("__init__")
+        for parameter in inspect.signature(init).parameters.values() if init else ():
+            if (parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+                    and parameter.name not in ("self", "event_size", *declared, *cls.fixed_keywords)):
+                declared.append(parameter.name)
+    return (*sorted(declared), *KERAS_KEYWORDS)
+
 
 def _weighted_mean(values, sample_weight):
     """The mean of ``values``, weighted by ``sample_weight`` when given."""
@@ -570,3 +640,20 @@ def _weighted_mean(values, sample_weight):
         return tf.reduce_mean(values)
     weights = tf.cast(tf.reshape(sample_weight, tf.shape(values)), values.dtype)
     return tf.reduce_sum(values * weights) / tf.reduce_sum(weights)
+
+
+def _with_epoch_statistics(model, callbacks):
+    """``fit``'s ``callbacks`` with `EpochStatistics` first, unless they set the statistics
+    by the paper's exact pass (or already have it)."""
+    listed = callbacks.callbacks if isinstance(callbacks, keras.callbacks.CallbackList) else list(callbacks or [])
+    if any(isinstance(c, (BatchNormStatistics, EpochStatistics)) for c in listed):
+        return callbacks
+    epoch_statistics = EpochStatistics()
+    if not isinstance(callbacks, keras.callbacks.CallbackList):
+        return [epoch_statistics, *listed]
+    # Keras runs a CallbackList as given: its model and parameters are already set.
+    epoch_statistics.set_model(model)
+    epoch_statistics.set_params(callbacks.params or {})
+    callbacks = copy.copy(callbacks)  # the caller's list stays as it was
+    callbacks.callbacks = [epoch_statistics, *listed]
+    return callbacks

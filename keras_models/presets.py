@@ -77,7 +77,7 @@ def hidden_unit_options(dataset: str, protocol: str = "paper") -> tuple:
     return HIDDEN_UNIT_OPTIONS[dataset]
 
 
-def model_kwargs(dataset: str, option: int = 0, protocol: str = "paper") -> dict:
+def model_kwargs(dataset: str, option: int = 0, protocol: str = "paper", model: str | None = None) -> dict:
     """Constructor keywords of the zoo models for ``dataset``, with the ``option``-th
     hidden-size option (0: the first, smallest) of ``protocol``.
 
@@ -85,6 +85,9 @@ def model_kwargs(dataset: str, option: int = 0, protocol: str = "paper") -> dict
       dataset: a name of `keras_models.data.load`.
       option: the index into `hidden_unit_options` of ``dataset``.
       protocol: one of `PROTOCOLS`.
+      model: None, or a name of `keras_models.build`: then only the keywords that
+        model takes (Real NVP's networks, say, have fixed activations and no MADE
+        options; the Gaussian takes none of these).
 
     Returns:
       ``{"hidden_units": [...], "activation": ..., "hidden_degrees": ...}`` (and
@@ -93,7 +96,12 @@ def model_kwargs(dataset: str, option: int = 0, protocol: str = "paper") -> dict
       under ``"published"``), to pass to a zoo model or `keras_models.build`.
 
     Raises:
-      ValueError: for an unknown dataset or protocol, or an option out of range.
+      ValueError: for an unknown dataset, protocol or model, or an option out of range.
+
+    Example:
+
+    >>> model_kwargs("gas", model="realnvp5")
+    {'hidden_units': [100]}
     """
     options = hidden_unit_options(dataset, protocol)
     if not 0 <= option < len(options):
@@ -107,4 +115,9 @@ def model_kwargs(dataset: str, option: int = 0, protocol: str = "paper") -> dict
         kwargs.update(initialization="published", conditional_input_layers="first_layer")
     if protocol == "published":
         kwargs.update(scale_parameterization="log_precision")
+    if model is not None:
+        from keras_models.zoo import model_keywords  # the zoo reads this module's options
+
+        takes = model_keywords(model)
+        kwargs = {key: value for key, value in kwargs.items() if key in takes}
     return kwargs

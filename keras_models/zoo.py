@@ -10,13 +10,58 @@
 | MAF MoG (5) | 4 | `MAFMoG` |
 | NSF (5): autoregressive rational-quadratic splines (Durkan et al. 2019) | beyond the paper | `NSF` |
 
-One constructor convention: ``D`` first, then keywords ``hidden_units``,
-``num_layers``, ``num_components``, ``activation``, ``conditional_dims`` (and, for
-every conditional flow, ``context_network``: a Keras layer that embeds ``y`` first).
 As in the paper: the first MAF layer uses the data's order and each next one
-reverses it; a batch norm follows every autoregressive / coupling layer (so
-one sits between every two layers and before the base); L2 penalty 1e-6 on
-every kernel. The defaults suit small data.
+reverses it; a batch norm follows every autoregressive / coupling layer (so one sits
+between every two layers and before the base); L2 penalty 1e-6 on every kernel. The
+defaults suit small data.
+
+Each model takes ``D`` first, then exactly the keywords that change it
+(`keras_models.density_model.keywords` lists them) and refuses any other with a
+TypeError that names it. The keywords several models share mean the same in each:
+
+- ``hidden_units`` (every flow): sizes of the hidden layers of every network; default
+  ``(64, 64)``. The paper chose per dataset among 1 or 2 layers of 100 (POWER, GAS), 512
+  (HEPMASS, MINIBOONE, BSDS300) or 1024 units (MNIST, CIFAR-10):
+  `keras_models.presets.model_kwargs`.
+- ``conditional_dims`` (all): ``K_y``, the width of the side information ``y`` (10
+  one-hot classes for conditional MNIST and CIFAR-10), or None.
+- ``context_network`` (every flow): None, or a Keras layer mapping ``y`` ``[N, K_y]`` to
+  an embedding ``[N, E]`` that every layer reads instead of ``y``, trained, saved and
+  exported with the model (``docs/conditional.md``).
+- ``l2`` (every flow): the L2 penalty on every kernel, ``1e-6`` as in the paper; 0 for
+  none. Added to the gradient, not to the reported ``loss``.
+- ``seed`` (every flow): seeds the orders, degrees and initial weights (layer ``i`` gets
+  ``seed + i``): the same seed gives the same model, in any process.
+- ``num_layers`` (MAF, MAF MoG, NSF, Real NVP): ``K``, the flow's layers (5 or 10 in the
+  paper).
+- ``batch_norm`` (MAF, MAF MoG, NSF): whether a batch norm follows each layer (the
+  paper: yes).
+- ``log_scale_bound`` (MADE, MAF, MAF MoG, Real NVP): None (the paper) or ``B``: bounds
+  every affine log-scale softly to ``+-B`` (`tfp_maf.math.soft_bound`), against overflow
+  on wild data.
+- ``num_components`` (MADE MoG, MAF MoG): ``C``, the Gaussians of each conditional (10
+  in the paper).
+- ``activation`` (the MADE options: MADE, MADE MoG, MAF, MAF MoG, NSF): the MADEs'
+  hidden activation, ``"relu"`` (the paper's default) or ``"tanh"`` (its choice for
+  GAS).
+- ``hidden_degrees`` (the MADE options): ``"sequential"`` (the paper) or ``"random"``
+  (its CIFAR-10 setting, fewer hidden units than variables).
+- ``kernel_blocks``, ``kernel_blocks_device`` (the MADE options): the MADEs' kernel
+  storage (`tfp_maf.MADENetwork`): ``"auto"`` stores large kernels in degree blocks on a
+  CPU and dense on a GPU, 1 all dense; the same densities. A saved model loads with the
+  storage it was saved with; weights files load into any storage, optimizer state
+  included.
+- ``initialization`` (the MADE options): ``"default"`` or ``"published"`` (the published
+  code's; `keras_models.initialization`).
+- ``conditional_input_layers`` (the MADE options): which hidden layers ``y`` feeds:
+  ``"all_layers"`` (default) or ``"first_layer"`` (the published code's wiring).
+- ``scale_parameterization`` (the MADE options but NSF's): the MADEs' scale outputs:
+  ``"log_scale"`` (default) or ``"log_precision"`` (the published code's): the same
+  densities, the log-scales moving half as far per Adam step.
+
+and Keras' ``name``, ``dtype`` (``"float32"`` or ``"float64"``) and ``trainable``.
+The `Gaussian` takes ``conditional_dims`` and Keras' keywords only. Files saved by
+earlier releases, whose configs held keys a model did not use, load to the same model.
 
 Every model is a `keras_models.DensityModel`: ``fit`` minimises the mean negative
 log-likelihood, ``model(x)`` and ``log_prob(x)`` give log p(x) per row, ``sample(n)``
@@ -46,7 +91,7 @@ import tensorflow_probability as tfp
 
 import tfp_maf
 from keras_models import _kernel_layout
-from keras_models.density_model import DensityModel
+from keras_models.density_model import DensityModel, keywords
 from keras_models.initialization import made_initializers
 from tfp_maf._devices import check_device_kind
 from tfp_maf.bijectors._cache import GraphLocalChain
@@ -56,7 +101,7 @@ from tfp_maf.splines import num_spline_params
 
 tfd = tfp.distributions
 
-__all__ = ["MADE", "MAF", "NSF", "Gaussian", "MADEMoG", "MAFMoG", "RealNVP", "build"]
+__all__ = ["MADE", "MAF", "NSF", "Gaussian", "MADEMoG", "MAFMoG", "RealNVP", "build", "model_keywords"]
 
 L2 = 1e-6
 
@@ -219,74 +264,32 @@ class Gaussian(DensityModel):
 
 
 class _FlowModel(DensityModel):
-    """Shared plumbing of the flow models: kwargs routing and config.
+    """What every flow of the zoo takes: its networks' hidden sizes, ``y``'s width and
+    embedding, the L2 penalty and the seed (the module docstring says what each means).
 
-    ``initialization``: how the MADEs start, ``"default"`` or ``"published"`` (the
-    paper's published code; `keras_models.initialization`). Real NVP's networks start
-    as by default either way.
-
-    ``scale_parameterization``: what each MADE's scale outputs are, ``"log_scale"`` (the
-    default) or ``"log_precision"`` (the published code's; `tfp_maf.MADENetwork`): the
-    same densities, the log-scales moving half as far per Adam step. Real NVP's scale
-    networks and the spline flow's heads are as by default either way.
-
-    ``conditional_input_layers``: which hidden layers of each MADE the side information
-    feeds, ``"all_layers"`` (the default) or ``"first_layer"`` (the published code's
-    wiring; `tfp_maf.MADENetwork`). Real NVP's networks take it at their input either way.
-
-    ``context_network``: None, or a Keras layer mapping ``y`` ``[N, K]`` to an embedding
-    ``[N, E]`` that every layer of the flow reads instead of ``y`` (the flow's networks
-    take ``E`` columns), trained with the flow and saved and exported with it (a layer
-    Keras can serialize: a `keras.Sequential` of Keras layers, or a registered layer of
-    your own). The model's inputs stay ``y`` of width ``conditional_dims``.
-
-    ``kernel_blocks``, ``kernel_blocks_device``: the MADEs' storage
-    (`tfp_maf.MADENetwork`): ``"auto"`` stores large kernels in degree blocks on a CPU
-    and dense on a GPU, 1 all dense; the densities are the same. A saved model loads
-    with the storage it was saved with (the config records the device kind "auto"
-    chose for), so its optimizer state fits. Weights files
-    (``load_weights``, a run's backup) load into any storage, optimizer state included.
+    Subclasses declare the keywords they add in their own constructors: a model takes
+    exactly the keywords of its classes' constructors (`keras_models.density_model.keywords`),
+    and refuses any other with a TypeError.
     """
 
     def __init__(
         self,
         event_size: int,
+        *,
         hidden_units: Sequence[int] = (64, 64),
-        num_layers: int = 5,
-        num_components: int = 10,
-        activation: str = "relu",
         conditional_dims: int | None = None,
+        context_network: keras.layers.Layer | None = None,
         l2: float = L2,
         seed: int = 0,
-        log_scale_bound: float | None = None,
-        hidden_degrees: str = "sequential",
-        kernel_blocks: int | str = "auto",
-        kernel_blocks_device: str | None = None,
-        initialization: str = "default",
-        conditional_input_layers: str = "all_layers",
-        context_network: keras.layers.Layer | None = None,
-        scale_parameterization: str = "log_scale",
         **kwargs,
     ):
         super().__init__(event_size, conditional_dims, **kwargs)
         self.context_network = context_network
         #: The width of what the flow's networks read: y's, or its embedding's.
         self.context_dims = self._context_dims(context_network)
-        made_initializers(initialization)  # refuses an unknown one before anything is built
-        self.initialization = initialization
-        # Checked here too: Real NVP builds no MADE that would refuse a wrong one.
-        self.conditional_input_layers = check_conditional_input_layers(conditional_input_layers)
-        self.scale_parameterization = check_scale_parameterization(scale_parameterization)
-        self.kernel_blocks = kernel_blocks
-        self.kernel_blocks_device = check_device_kind(kernel_blocks_device)
         self.hidden_units = [int(h) for h in hidden_units]
-        self.num_layers = int(num_layers)
-        self.num_components = int(num_components)
-        self.activation = activation
         self.l2 = float(l2)
         self.seed = int(seed)
-        self.log_scale_bound = log_scale_bound
-        self.hidden_degrees = hidden_degrees
 
     def _context_dims(self, context_network) -> int | None:
         """The embedding's width, from one call of ``context_network`` (which builds it)."""
@@ -314,18 +317,6 @@ class _FlowModel(DensityModel):
         flat = tf.cast(flat, self.context_network.compute_dtype)
         embedding = tf.cast(self.context_network(flat, training=training), self.compute_dtype)
         return tf.reshape(embedding, tf.concat([tf.shape(y)[:-1], [self.context_dims]], 0))
-
-    def _made(self, order, name, num_components=None, seed=0, params=None):
-        return tfp_maf.MADENetwork(
-            self.event_size, self.hidden_units, num_components=num_components, params=params,
-            activation=self.activation, order=order, conditional_dims=self.context_dims,
-            hidden_degrees=self.hidden_degrees, seed=seed, kernel_regularizer=_regularizer(self.l2),
-            conditional_input_layers=self.conditional_input_layers,
-            kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
-            # The open head (params) has no scale outputs to read otherwise.
-            scale_parameterization=self.scale_parameterization if params is None else "log_scale",
-            dtype=self.dtype_policy, name=name, **made_initializers(self.initialization, num_components),
-        )
 
     def _batch_norm(self, i):
         return tfp_maf.BatchNormState(self.event_size, dtype=self.dtype_policy, name=f"batch_norm_{i}")
@@ -372,14 +363,7 @@ class _FlowModel(DensityModel):
     def get_config(self):
         config = super().get_config()
         config.update(
-            hidden_units=self.hidden_units, num_layers=self.num_layers,
-            num_components=self.num_components, activation=self.activation, l2=self.l2,
-            seed=self.seed, log_scale_bound=self.log_scale_bound,
-            hidden_degrees=self.hidden_degrees,
-            kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
-            initialization=self.initialization,
-            conditional_input_layers=self.conditional_input_layers,
-            scale_parameterization=self.scale_parameterization,
+            hidden_units=self.hidden_units, l2=self.l2, seed=self.seed,
             context_network=(None if self.context_network is None
                              else keras.saving.serialize_keras_object(self.context_network)),
         )
@@ -390,7 +374,61 @@ class _FlowModel(DensityModel):
         config = dict(config)
         if isinstance(config.get("context_network"), dict):
             config["context_network"] = keras.saving.deserialize_keras_object(config["context_network"])
-        return cls(**config)
+        return super().from_config(config)
+
+
+class _MADEFlow(_FlowModel):
+    """The MADE options, declared once: every model whose layers are MADEs
+    (`tfp_maf.MADENetwork`) takes them, and each MADE it builds gets them.
+
+    ``activation``, ``hidden_degrees``, ``kernel_blocks``, ``kernel_blocks_device``,
+    ``initialization``, ``conditional_input_layers``, ``scale_parameterization``: the
+    module docstring says what each means.
+    """
+
+    def __init__(
+        self,
+        event_size: int,
+        *,
+        activation: str = "relu",
+        hidden_degrees: str = "sequential",
+        kernel_blocks: int | str = "auto",
+        kernel_blocks_device: str | None = None,
+        initialization: str = "default",
+        conditional_input_layers: str = "all_layers",
+        scale_parameterization: str = "log_scale",
+        **kwargs,
+    ):
+        made_initializers(initialization)  # refuses an unknown one before anything is built
+        super().__init__(event_size, **kwargs)
+        self.activation = activation
+        self.hidden_degrees = hidden_degrees
+        self.kernel_blocks = kernel_blocks
+        self.kernel_blocks_device = check_device_kind(kernel_blocks_device)
+        self.initialization = initialization
+        self.conditional_input_layers = check_conditional_input_layers(conditional_input_layers)
+        self.scale_parameterization = check_scale_parameterization(scale_parameterization)
+
+    def _made(self, order, name, num_components=None, seed=0, params=None):
+        return tfp_maf.MADENetwork(
+            self.event_size, self.hidden_units, num_components=num_components, params=params,
+            activation=self.activation, order=order, conditional_dims=self.context_dims,
+            hidden_degrees=self.hidden_degrees, seed=seed, kernel_regularizer=_regularizer(self.l2),
+            conditional_input_layers=self.conditional_input_layers,
+            kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
+            scale_parameterization=self.scale_parameterization,
+            dtype=self.dtype_policy, name=name, **made_initializers(self.initialization, num_components),
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            activation=self.activation, hidden_degrees=self.hidden_degrees,
+            kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
+            initialization=self.initialization, conditional_input_layers=self.conditional_input_layers,
+            scale_parameterization=self.scale_parameterization,
+        )
+        return config
 
 
 def _orders(num_layers):
@@ -398,8 +436,41 @@ def _orders(num_layers):
     return ["left-to-right" if i % 2 == 0 else "right-to-left" for i in range(num_layers)]
 
 
+class _MADEStack(_MADEFlow):
+    """K layers on MADEs, a batch norm after each: the MAF and the spline flow.
+
+    Subclasses give `_layer`, the bijector of layer ``i`` on its MADE.
+    """
+
+    def __init__(self, event_size: int, *, num_layers: int = 5, batch_norm: bool = True, **kwargs):
+        super().__init__(event_size, **kwargs)
+        self.num_layers = int(num_layers)
+        self.batch_norm = bool(batch_norm)
+        self.mades = [
+            self._made(order, f"made_{i}", seed=self.seed + i)
+            for i, order in enumerate(_orders(self.num_layers))
+        ]
+        self.norms = [self._batch_norm(i) for i in range(self.num_layers)] if self.batch_norm else []
+
+    def _layer(self, i, made):
+        raise NotImplementedError
+
+    def _bijectors(self):
+        out = []
+        for i, made in enumerate(self.mades):
+            out.append(self._layer(i, made))
+            if self.norms:
+                out.append(self.norms[i].bijector())
+        return out
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_layers=self.num_layers, batch_norm=self.batch_norm)
+        return config
+
+
 @keras.saving.register_keras_serializable(package="keras_models")
-class MAF(_FlowModel):
+class MAF(_MADEStack):
     """MAF (K): K MADE layers, a batch norm after each, standard normal base.
 
     Masked Autoregressive Flow (section 3 of the paper). From data to noise, each
@@ -418,43 +489,18 @@ class MAF(_FlowModel):
     Args:
       event_size: ``D``, the number of variables.
       num_layers: ``K``, the number of MADE layers (5 or 10 in the paper).
-      batch_norm: whether a batch norm follows each MADE (the paper: yes; its
-        statistics are the training set's at evaluation, see
-        `keras_models.training.BatchNormStatistics`).
-      **kwargs: the keywords below, and Keras' model arguments (``name``,
-        ``dtype``: ``"float32"`` or ``"float64"``).
-
-    Keyword Args:
-      hidden_units: sizes of the hidden layers of every MADE; default
-        ``(64, 64)``, a size for small data. The paper chose per dataset among
-        1 or 2 layers of 100 (POWER, GAS), 512 (HEPMASS, MINIBOONE, BSDS300) or
-        1024 units (MNIST, CIFAR-10): `keras_models.presets.model_kwargs`.
-      activation: the MADEs' hidden activation, ``"relu"`` (the paper's default)
-        or ``"tanh"`` (the paper's choice for GAS).
-      conditional_dims: ``K_y``, the width of the side information ``y`` (10
-        one-hot classes for the paper's conditional MNIST and CIFAR-10), or None.
-      context_network: None, or a Keras layer mapping ``y`` ``[N, K_y]`` to an
-        embedding ``[N, E]`` that every layer reads instead of ``y``, trained, saved
-        and exported with the model (every conditional flow of the zoo takes it;
-        ``docs/conditional.md``).
-      l2: the L2 penalty on every kernel, ``1e-6`` as in the paper; 0 for none.
-        It is added to the gradient, not to the reported ``loss``.
-      seed: seed of the MADEs' orders, degrees and initial weights (MADE ``i``
-        gets ``seed + i``): the same seed gives the same model, in any process.
+      batch_norm: whether a batch norm follows each MADE (the paper: yes).
       log_scale_bound: None (the paper) or ``B``: bounds every log-scale softly
         to ``+-B`` (`tfp_maf.math.soft_bound`), against overflow on wild data.
-      hidden_degrees: ``"sequential"`` (the paper) or ``"random"`` (the paper's
-        CIFAR-10 setting, where there are fewer hidden units than variables).
-      kernel_blocks: the MADEs' kernel storage, ``"auto"`` (degree blocks for
-        large layers on a CPU, dense on a GPU) or an int (1: all dense); the
-        same densities.
-      kernel_blocks_device: ``"cpu"``, ``"gpu"`` or None (the kind TensorFlow
-        uses in this process): the device ``"auto"`` chooses for.
-
-    ``num_components`` is accepted (the zoo's common keywords) and unused: see
-    `MAFMoG` for a mixture base.
+      **kwargs: the flows' keywords (``hidden_units``, ``conditional_dims``,
+        ``context_network``, ``l2``, ``seed``: MADE ``i`` gets ``seed + i``), the
+        MADE options (``activation``, ``hidden_degrees``, ``kernel_blocks``,
+        ``kernel_blocks_device``, ``initialization``, ``conditional_input_layers``,
+        ``scale_parameterization``), all in the module docstring, and Keras'
+        ``name``, ``dtype`` (``"float32"`` or ``"float64"``), ``trainable``.
 
     Raises:
+      TypeError: for any other keyword.
       ValueError: if ``event_size < 1``, the dtype policy is neither float32 nor
         float64, or a MADE argument is invalid (see `tfp_maf.MADENetwork`).
 
@@ -480,32 +526,24 @@ class MAF(_FlowModel):
         Estimation. NeurIPS 2017. https://arxiv.org/abs/1705.07057
     """
 
-    def __init__(self, event_size: int, *, num_layers: int = 5, batch_norm: bool = True, **kwargs):
-        super().__init__(event_size, num_layers=num_layers, **kwargs)
-        self.batch_norm = bool(batch_norm)
-        self.mades = [
-            self._made(order, f"made_{i}", seed=self.seed + i)
-            for i, order in enumerate(_orders(self.num_layers))
-        ]
-        self.norms = [self._batch_norm(i) for i in range(self.num_layers)] if self.batch_norm else []
+    retired_config_keys = ("num_components",)  # saved by 0.3.0 and 0.4.0, unused
 
-    def _bijectors(self):
-        out = []
-        for i, made in enumerate(self.mades):
-            out.append(tfp_maf.MaskedAutoregressive(made, name=f"maf_{i}", log_scale_bound=self.log_scale_bound))
-            if self.norms:
-                out.append(self.norms[i].bijector())
-        return out
+    def __init__(self, event_size: int, *, log_scale_bound: float | None = None, **kwargs):
+        self.log_scale_bound = log_scale_bound  # read by `_layer`, which __init__ calls
+        super().__init__(event_size, **kwargs)
+
+    def _layer(self, i, made):
+        return tfp_maf.MaskedAutoregressive(made, name=f"maf_{i}", log_scale_bound=self.log_scale_bound)
 
     def get_config(self):
         config = super().get_config()
-        config.update(batch_norm=self.batch_norm)
+        config.update(log_scale_bound=self.log_scale_bound)
         return config
 
 
 @keras.saving.register_keras_serializable(package="keras_models")
 class MADE(MAF):
-    """MADE with Gaussian conditionals: a one-layer MAF without batch norm.
+    """MADE with Gaussian conditionals: one MADE, no batch norm.
 
     The paper's MADE (Germain et al. 2015 with Gaussian conditionals, section 2.1):
 
@@ -513,31 +551,18 @@ class MADE(MAF):
 
     in the data's order, one MADE pass per ``log_prob``. The paper trains it with
     Adam at ``1e-3`` (`keras_models.training.compile_as_paper` with ``"made"``).
+    It is a `MAF` of one layer without batch norm: it takes the `MAF`'s keywords but
+    ``num_layers`` and ``batch_norm`` (``MAF(D, num_layers=K, batch_norm=False)``
+    stacks K MADEs without them).
 
     Args:
       event_size: ``D``, the number of variables.
-      **kwargs: the keywords below, and Keras' model arguments (``name``,
-        ``dtype``: ``"float32"`` or ``"float64"``).
-
-    Keyword Args:
-      hidden_units: sizes of the hidden layers of every MADE; default
-        ``(64, 64)``, a size for small data. The paper chose per dataset among
-        1 or 2 layers of 100 (POWER, GAS), 512 (HEPMASS, MINIBOONE, BSDS300) or
-        1024 units (MNIST, CIFAR-10): `keras_models.presets.model_kwargs`.
-      activation: the hidden activation, ``"relu"`` (the paper's default) or
-        ``"tanh"`` (the paper's choice for GAS).
-      conditional_dims: the width of the side information ``y``, or None.
-      l2: the L2 penalty on every kernel, ``1e-6`` as in the paper.
-      seed: seed of the random hidden degrees and initial weights: the same seed,
-        the same model.
-      log_scale_bound: None (the paper) or a soft bound ``B`` on the log-scales.
-      hidden_degrees: ``"sequential"`` (the paper) or ``"random"``.
-      kernel_blocks: the kernel storage (see `MAF`).
-      kernel_blocks_device: the device kind ``kernel_blocks="auto"`` chooses for.
-      num_layers: 1; more makes a MAF without batch norm.
-      batch_norm: False.
+      **kwargs: ``log_scale_bound``, the flows' keywords and the MADE options (as
+        `MAF`; ``seed`` seeds the random hidden degrees and initial weights), and
+        Keras' ``name``, ``dtype``, ``trainable``.
 
     Raises:
+      TypeError: for any other keyword.
       ValueError: as `MAF`.
 
     Example:
@@ -559,14 +584,31 @@ class MADE(MAF):
         Distribution Estimation. ICML 2015. https://arxiv.org/abs/1502.03509
     """
 
+    fixed_keywords = ("num_layers", "batch_norm")
+    retired_config_keys = ("num_components",)
+
     def __init__(self, event_size: int, **kwargs):
-        kwargs.setdefault("num_layers", 1)
-        kwargs.setdefault("batch_norm", False)
-        super().__init__(event_size, **kwargs)
+        self.refuse_fixed(kwargs)
+        super().__init__(event_size, num_layers=1, batch_norm=False, **kwargs)
+
+    def get_config(self):
+        config = super().get_config()
+        for key in self.fixed_keywords:
+            del config[key]
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        # 0.3.0 and 0.4.0 saved MADE's fixed keywords: one layer, no batch norm.
+        config = dict(config)
+        if (config.pop("num_layers", 1), config.pop("batch_norm", False)) != (1, False):
+            raise ValueError("this MADE was saved with several layers or batch norms: load it as a MAF "
+                             "(num_layers=K, batch_norm=False), which is what it computed.")
+        return super().from_config(config)
 
 
 @keras.saving.register_keras_serializable(package="keras_models")
-class NSF(MAF):
+class NSF(_MADEStack):
     """NSF (K): K autoregressive rational-quadratic spline layers, a batch norm after each.
 
     A neural spline flow (Durkan et al. 2019), autoregressive form: the `MAF` with each
@@ -587,17 +629,16 @@ class NSF(MAF):
 
     Args:
       event_size: ``D``, the number of variables.
-      num_layers: ``K``, the spline layers (5 by default).
       bins: the spline's bins (8, as zuko's and nflows' defaults).
       bound: the spline acts on ``[-bound, bound]`` (5: zuko's default, for
         standardised data; the batch norms keep later layers' inputs standardised).
-      batch_norm: whether a batch norm follows each layer (as in the `MAF`).
-      **kwargs: the keywords of `MAF` (``hidden_units``, ``activation``,
-        ``conditional_dims``, ``context_network``, ``l2``, ``seed``,
-        ``hidden_degrees``, ``kernel_blocks``, ...) and Keras' model arguments.
-        ``log_scale_bound`` and ``num_components`` are accepted and unused.
+      **kwargs: ``num_layers`` (5 by default), ``batch_norm``, the flows' keywords
+        and the MADE options but ``scale_parameterization`` (as `MAF`: the spline's
+        MADE has no scale outputs), and Keras' ``name``, ``dtype``, ``trainable``.
 
     Raises:
+      TypeError: for any other keyword (``log_scale_bound``: a spline has no
+        log-scale to bound).
       ValueError: if ``bins < 1`` or ``bound <= 0``, or as `MAF`.
 
     Example:
@@ -619,42 +660,41 @@ class NSF(MAF):
         https://arxiv.org/abs/1906.04032
     """
 
-    def __init__(
-        self,
-        event_size: int,
-        *,
-        num_layers: int = 5,
-        bins: int = 8,
-        bound: float = 5.0,
-        batch_norm: bool = True,
-        **kwargs,
-    ):
+    fixed_keywords = ("scale_parameterization",)
+    # Saved by 0.3.0 and 0.4.0; the spline used none of them.
+    retired_config_keys = ("log_scale_bound", "num_components", "scale_parameterization")
+
+    def __init__(self, event_size: int, *, bins: int = 8, bound: float = 5.0, **kwargs):
+        self.refuse_fixed(kwargs)
         num_spline_params(bins)  # refuses bins < 1 before anything is built
         if not float(bound) > 0:
             raise ValueError(f"bound must be positive, got {bound}.")
         self.bins, self.bound = int(bins), float(bound)
         kwargs.setdefault("name", "nsf")
-        super().__init__(event_size, num_layers=num_layers, batch_norm=batch_norm, **kwargs)
+        super().__init__(event_size, **kwargs)
 
     def _made(self, order, name, num_components=None, seed=0, params=None):
         return super()._made(order, name, num_components, seed, params=num_spline_params(self.bins))
 
-    def _bijectors(self):
-        out = []
-        for i, made in enumerate(self.mades):
-            out.append(tfp_maf.MaskedRationalQuadraticSpline(made, self.bins, self.bound, name=f"spline_{i}"))
-            if self.norms:
-                out.append(self.norms[i].bijector())
-        return out
+    def _layer(self, i, made):
+        return tfp_maf.MaskedRationalQuadraticSpline(made, self.bins, self.bound, name=f"spline_{i}")
 
     def get_config(self):
         config = super().get_config()
+        del config["scale_parameterization"]
         config.update(bins=self.bins, bound=self.bound)
         return config
 
 
 class _MixtureBase:
-    """What the models on a `tfp_maf.MADEMoG` base share: their noise has a Gumbel part."""
+    """What the models on a `tfp_maf.MADEMoG` base share: ``num_components``, and noise
+    with a Gumbel part."""
+
+    def __init__(self, event_size: int, *, num_components: int = 10, **kwargs):
+        if int(num_components) < 1:
+            raise ValueError(f"num_components must be >= 1, got {num_components}.")
+        self.num_components = int(num_components)  # read by the constructors below
+        super().__init__(event_size, **kwargs)
 
     @property
     def mixture_components(self) -> int:
@@ -662,6 +702,11 @@ class _MixtureBase:
 
     def _base_from_noise(self, noise, y, gumbel):
         return self._base(y).sample_from_noise(noise, gumbel)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_components=self.num_components)
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_models")
@@ -675,31 +720,16 @@ class MAFMoG(_MixtureBase, MAF):
 
     Args:
       event_size: ``D``, the number of variables.
-      **kwargs: the keywords below, and Keras' model arguments (``name``,
-        ``dtype``: ``"float32"`` or ``"float64"``).
-
-    Keyword Args:
-      num_layers: ``K``, the MAF layers (5 in the paper).
       num_components: ``C``, the Gaussians of each conditional of the base
         (10 in the paper).
-      batch_norm: whether a batch norm follows each MAF layer (True).
-      hidden_units: sizes of the hidden layers of every MADE; default
-        ``(64, 64)``, a size for small data. The paper chose per dataset among
-        1 or 2 layers of 100 (POWER, GAS), 512 (HEPMASS, MINIBOONE, BSDS300) or
-        1024 units (MNIST, CIFAR-10): `keras_models.presets.model_kwargs`.
-      activation: ``"relu"`` (the paper's default) or ``"tanh"`` (GAS).
-      conditional_dims: the width of the side information ``y``, or None.
-      l2: the L2 penalty on every kernel, ``1e-6`` as in the paper.
-      seed: seed of the degrees and initial weights (MADE ``i`` gets ``seed + i``, the base
-        ``seed + K``).
-      log_scale_bound: None (the paper) or a soft bound ``B`` on the MAF layers'
-        log-scales (the base's mixture is not bounded).
-      hidden_degrees: ``"sequential"`` (the paper) or ``"random"``.
-      kernel_blocks: the kernel storage (see `MAF`).
-      kernel_blocks_device: the device kind ``kernel_blocks="auto"`` chooses for.
+      **kwargs: the keywords of `MAF` (``num_layers``: 5 in the paper;
+        ``log_scale_bound`` bounds the MAF layers', not the mixture's; ``seed``:
+        MADE ``i`` gets ``seed + i``, the base ``seed + K``), and Keras' ``name``,
+        ``dtype``, ``trainable``.
 
     Raises:
-      ValueError: as `MAF`.
+      TypeError: for any other keyword.
+      ValueError: as `MAF`, or if ``num_components < 1``.
 
     Example:
 
@@ -715,6 +745,8 @@ class MAFMoG(_MixtureBase, MAF):
     (TensorShape([4]), TensorShape([3, 2]))
     """
 
+    retired_config_keys = ()  # it used every key it saved
+
     def __init__(self, event_size: int, **kwargs):
         kwargs.setdefault("name", "maf_mog")  # Keras would say "maf_mo_g"
         super().__init__(event_size, **kwargs)
@@ -726,7 +758,7 @@ class MAFMoG(_MixtureBase, MAF):
 
 
 @keras.saving.register_keras_serializable(package="keras_models")
-class MADEMoG(_MixtureBase, _FlowModel):
+class MADEMoG(_MixtureBase, _MADEFlow):
     """MADE MoG: a MADE whose conditionals are mixtures of C Gaussians (C = 10).
 
     Section 4 of the paper (`tfp_maf.MADEMoG` holds the maths):
@@ -740,29 +772,15 @@ class MADEMoG(_MixtureBase, _FlowModel):
 
     Args:
       event_size: ``D``, the number of variables.
-      **kwargs: the keywords below, and Keras' model arguments (``name``,
-        ``dtype``: ``"float32"`` or ``"float64"``).
-
-    Keyword Args:
       num_components: ``C``, the Gaussians of each conditional (10 in the paper).
-      hidden_units: sizes of the hidden layers of every MADE; default
-        ``(64, 64)``, a size for small data. The paper chose per dataset among
-        1 or 2 layers of 100 (POWER, GAS), 512 (HEPMASS, MINIBOONE, BSDS300) or
-        1024 units (MNIST, CIFAR-10): `keras_models.presets.model_kwargs`.
-      activation: ``"relu"`` (the paper's default) or ``"tanh"`` (GAS).
-      conditional_dims: the width of the side information ``y``, or None.
-      l2: the L2 penalty on every kernel, ``1e-6`` as in the paper.
-      seed: seed of the random hidden degrees and initial weights: the same seed,
-        the same model.
-      hidden_degrees: ``"sequential"`` (the paper) or ``"random"``.
-      kernel_blocks: the kernel storage (see `MAF`).
-      kernel_blocks_device: the device kind ``kernel_blocks="auto"`` chooses for.
-
-    ``num_layers`` and ``log_scale_bound`` are accepted (the zoo's common
-    keywords) and saved in the config, but change nothing here.
+      **kwargs: the flows' keywords (``seed`` seeds the random hidden degrees and
+        initial weights) and the MADE options (``scale_parameterization``: what its
+        scale outputs are), as `MAF`, and Keras' ``name``, ``dtype``, ``trainable``.
 
     Raises:
-      ValueError: as `MAF`.
+      TypeError: for any other keyword (``num_layers``: a MADE MoG is one MADE;
+        ``log_scale_bound``: its mixture is not bounded).
+      ValueError: as `MAF`, or if ``num_components < 1``.
 
     Example:
 
@@ -778,8 +796,9 @@ class MADEMoG(_MixtureBase, _FlowModel):
     (TensorShape([4]), TensorShape([3, 2]))
     """
 
+    retired_config_keys = ("num_layers", "log_scale_bound")  # saved by 0.3.0 and 0.4.0, unused
+
     def __init__(self, event_size: int, **kwargs):
-        kwargs.setdefault("num_layers", 1)
         kwargs.setdefault("name", "made_mog")  # Keras would say "made_mo_g"
         super().__init__(event_size, **kwargs)
         self.made = self._made("left-to-right", "made_mog", self.num_components, seed=self.seed)
@@ -813,28 +832,16 @@ class RealNVP(_FlowModel):
     Args:
       event_size: ``D``, the number of variables, at least 2.
       num_layers: ``K``, the coupling layers (5 or 10 in the paper).
-      **kwargs: the keywords below, and Keras' model arguments (``name``,
-        ``dtype``: ``"float32"`` or ``"float64"``).
-
-    Keyword Args:
-      hidden_units: sizes of the hidden layers of every network; default
-        ``(64, 64)``, a size for small data. The paper chose per dataset among
-        1 or 2 layers of 100 (POWER, GAS), 512 (HEPMASS, MINIBOONE, BSDS300) or
-        1024 units (MNIST, CIFAR-10): `keras_models.presets.model_kwargs`.
-      conditional_dims: the width of the side information ``y`` (concatenated to
-        the copied half), or None.
-      l2: the L2 penalty on every kernel, ``1e-6`` as in the paper.
       log_scale_bound: None (the paper) or a soft bound ``B`` on the log-scales.
-
-      seed: seed of the initial weights (coupling ``i`` gets ``seed + i``): the
-        same seed gives the same model.
-
-    The other keywords of the zoo (``activation``, ``hidden_degrees``,
-    ``kernel_blocks``, ``num_components``) are accepted and saved in the config,
-    but change nothing here: the networks' activations are fixed and there is no
-    MADE.
+      **kwargs: the flows' keywords (``hidden_units`` of every network;
+        ``conditional_dims``: ``y`` is concatenated to the copied half;
+        ``context_network``; ``l2``; ``seed``: coupling ``i`` gets ``seed + i``),
+        and Keras' ``name``, ``dtype``, ``trainable``.
 
     Raises:
+      TypeError: for any other keyword: the MADE options (``activation`` among
+        them: the networks' activations are the paper's, fixed) and
+        ``num_components``.
       ValueError: if ``event_size < 2`` or the dtype policy is neither float32
         nor float64.
 
@@ -857,10 +864,18 @@ class RealNVP(_FlowModel):
         ICLR 2017. https://arxiv.org/abs/1605.08803
     """
 
-    def __init__(self, event_size: int, *, num_layers: int = 5, **kwargs):
-        super().__init__(event_size, num_layers=num_layers, **kwargs)
+    # Saved by 0.3.0 and 0.4.0, which took the zoo's common keywords and used none of these.
+    retired_config_keys = (
+        "activation", "hidden_degrees", "kernel_blocks", "kernel_blocks_device", "initialization",
+        "conditional_input_layers", "scale_parameterization", "num_components",
+    )
+
+    def __init__(self, event_size: int, *, num_layers: int = 5, log_scale_bound: float | None = None, **kwargs):
+        super().__init__(event_size, **kwargs)
         if self.event_size < 2:
             raise ValueError(f"Real NVP needs at least 2 variables, got {self.event_size}.")
+        self.num_layers = int(num_layers)
+        self.log_scale_bound = log_scale_bound
         self.parities = ["even" if i % 2 == 0 else "odd" for i in range(self.num_layers)]
         self.couplings = []
         for i, parity in enumerate(self.parities):
@@ -886,6 +901,11 @@ class RealNVP(_FlowModel):
             )
             bijectors.append(self.norms[i].bijector())
         return bijectors
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_layers=self.num_layers, log_scale_bound=self.log_scale_bound)
+        return config
 
 
 MODELS = {
@@ -920,10 +940,8 @@ def build(name: str, event_size: int, **kwargs) -> DensityModel:
     Args:
       name: one of the names above.
       event_size: ``D``, the number of variables.
-      **kwargs: the model's keywords; they override the name's preset (e.g.
-        ``num_layers``). `Gaussian` takes only ``conditional_dims``, ``dtype``
-        and ``name`` and drops the others, so one set of keywords builds every
-        model.
+      **kwargs: the model's keywords (`model_keywords` of the name); they override
+        the name's preset (e.g. ``num_layers``).
 
     Returns:
       The model, not compiled (`keras_models.training.compile_as_paper` uses the
@@ -931,6 +949,7 @@ def build(name: str, event_size: int, **kwargs) -> DensityModel:
 
     Raises:
       ValueError: for an unknown name, or as the model's constructor.
+      TypeError: for a keyword the model does not take.
 
     Example:
 
@@ -938,16 +957,27 @@ def build(name: str, event_size: int, **kwargs) -> DensityModel:
     >>> model = build("realnvp10", 4, hidden_units=[8])
     >>> type(model).__name__, model.num_layers, model.event_size
     ('RealNVP', 10, 4)
-    >>> type(build("gaussian", 4, hidden_units=[8])).__name__  # hidden_units dropped
-    'Gaussian'
+    >>> build("gaussian", 4, hidden_units=[8])
+    Traceback (most recent call last):
+    ...
+    TypeError: Gaussian takes no keyword 'hidden_units': it takes conditional_dims, name, dtype, trainable.
     """
+    cls, preset = _model_class(name)
+    return cls(event_size, **{**preset, **kwargs})
+
+
+def model_keywords(name: str) -> tuple[str, ...]:
+    """The keywords `build` takes for the model ``name`` (`keras_models.density_model.keywords`).
+
+    Example:
+
+    >>> "activation" in model_keywords("maf5"), "activation" in model_keywords("realnvp5")
+    (True, False)
+    """
+    return keywords(_model_class(name)[0])
+
+
+def _model_class(name: str):
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; expected one of {sorted(MODELS)}.")
-    cls, preset = MODELS[name]
-    if cls is Gaussian:  # fitted in closed form: no hyper-parameters but Keras' own
-        if kwargs.get("context_network") is not None:
-            raise ValueError("the Gaussian is fitted in closed form per class of a one-hot y: it takes no "
-                             "context_network.")
-        keep = ("conditional_dims", "dtype", "name")
-        return Gaussian(event_size, **{k: v for k, v in kwargs.items() if k in keep})
-    return cls(event_size, **{**preset, **kwargs})
+    return MODELS[name]

@@ -86,3 +86,12 @@ def make_bijector(
 
 BIJECTOR_KINDS = ["maf", "spline", "coupling_even", "coupling_odd", "batch_norm"]
 CONDITIONAL_KINDS = ["maf", "spline", "coupling_even", "coupling_odd"]
+
+
+def zoo_model(name: str, event_size: int, **kwargs):
+    """`keras_models.build` of ``name``, given those of ``kwargs`` it takes: the tests' one
+    set of small sizes for every family (a model refuses a keyword it does not take)."""
+    import keras_models as km
+
+    takes = km.zoo.model_keywords(name)
+    return km.build(name, event_size, **{key: value for key, value in kwargs.items() if key in takes})

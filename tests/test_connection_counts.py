@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import zoo_model
 
 import keras_models as km
 from keras_models.connection_counts import connection_weights, paper_estimate
@@ -11,7 +12,7 @@ from keras_models.connection_counts import connection_weights, paper_estimate
 @pytest.mark.parametrize("name", ["made", "maf5", "realnvp5", "made-mog", "maf-mog5"])
 @pytest.mark.parametrize("D,H,L", [(8, 100, 2), (43, 512, 1), (20, 64, 2)])
 def test_counts_match_the_appendix(name, D, H, L):
-    model = km.build(name, D, hidden_units=[H] * L, num_components=10)
+    model = zoo_model(name, D, hidden_units=[H] * L, num_components=10)
     measured = connection_weights(model)["connections"]
     estimate = paper_estimate(name, D=D, H=H, L=L, C=10)
     if "mog" in name:

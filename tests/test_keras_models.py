@@ -11,6 +11,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import zoo_model
 
 import keras_models as km
 import tfp_maf
@@ -40,10 +41,8 @@ def _ds(x, y, batch=100):
 
 
 def _small(name, conditional):
-    kw = {} if name == "gaussian" else dict(hidden_units=[16], num_layers=2 if "5" in name else 1, num_components=3)
-    if name in ("made", "made-mog"):
-        kw.pop("num_layers")
-    return km.build(name, 2, conditional_dims=2 if conditional else None, **kw)
+    kw = dict(hidden_units=[16], num_layers=2, num_components=3)
+    return zoo_model(name, 2, conditional_dims=2 if conditional else None, **kw)
 
 
 @pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])

@@ -14,10 +14,10 @@ import weakref
 import keras
 import numpy as np
 import pytest
+from conftest import zoo_model
 from tensorflow.python.framework import ops
 from tensorflow.python.framework.func_graph import FuncGraph
 
-import keras_models as km
 import tfp_maf
 from tfp_maf import sampling
 from tfp_maf.testing import randomize_weights
@@ -27,10 +27,8 @@ SIZES = [1, 7, 16, 33, 100, 257, 300, 2, 1000, 64, 5]
 
 
 def _model(name, conditional=False):
-    kw = dict(hidden_units=[16], num_components=2)
-    if name in ("maf5", "maf-mog5", "nsf5"):
-        kw["num_layers"] = 2
-    model = km.build(name, D, conditional_dims=K if conditional else None, **kw)
+    kw = dict(hidden_units=[16], num_components=2, num_layers=2)
+    model = zoo_model(name, D, conditional_dims=K if conditional else None, **kw)
     for layer in model._flatten_layers(include_self=False, recursive=False):
         randomize_weights(layer, 0, scale=0.2)
     return model

@@ -50,7 +50,7 @@ def published_init(model, seed: int = 0) -> None:
 
 def made(splits, init: str):
     keras.utils.set_random_seed(0)
-    model = zoo.build("made", splits.event_size, **presets.model_kwargs("mnist"), seed=0)
+    model = zoo.build("made", splits.event_size, **presets.model_kwargs("mnist", model="made"), seed=0)
     if init == "published":
         published_init(model)
     return training.compile_as_paper(model, "made")  # Adam at the paper's 1e-3

@@ -55,7 +55,8 @@ VARIANTS = ("adam-epsilon", "log-precision", "log-scale")
 def model_for(variant: str, event_size: int):
     keras.utils.set_random_seed(0)
     protocol = "published" if variant == "log-precision" else "published-log-scale"
-    model = zoo.build("made-mog", event_size, **presets.model_kwargs("mnist", protocol=protocol), seed=0)
+    kwargs = presets.model_kwargs("mnist", protocol=protocol, model="made-mog")
+    model = zoo.build("made-mog", event_size, **kwargs, seed=0)
     training.compile_as_paper(model, "made-mog")
     if variant == "adam-epsilon":  # the same compile, Adam's epsilon at the published floor
         model.compile(optimizer=FusedAdam(1e-3, epsilon=1e-4), jit_compile=model.jit_compile,

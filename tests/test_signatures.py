@@ -1,0 +1,122 @@
+"""Honest signatures: each zoo model takes exactly the keywords that change it, refuses any
+other with a TypeError naming both, and loads the configs of earlier releases, whose keys
+it did not use are dropped by name."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import zipfile
+
+import pytest
+
+import keras_models as km
+from keras_models import presets
+from keras_models.density_model import KERAS_KEYWORDS, keywords
+from keras_models.zoo import MODELS, model_keywords
+
+DATA = pathlib.Path(__file__).parent / "data"
+
+# A value other than the default for every keyword a zoo model may take (Keras' aside).
+OTHER_VALUES = {
+    "hidden_units": [6], "conditional_dims": 2, "l2": 0.0, "seed": 3, "num_layers": 2,
+    "batch_norm": False, "log_scale_bound": 7.0, "num_components": 2, "activation": "tanh",
+    "hidden_degrees": "random", "kernel_blocks": 2, "kernel_blocks_device": "gpu",
+    "initialization": "published", "conditional_input_layers": "first_layer",
+    "scale_parameterization": "log_precision", "bins": 4, "bound": 3.0,
+}
+TAKES = {
+    "gaussian": {"conditional_dims"},
+    "made": {"hidden_units", "conditional_dims", "context_network", "l2", "seed", "log_scale_bound",
+             "activation", "hidden_degrees", "kernel_blocks", "kernel_blocks_device", "initialization",
+             "conditional_input_layers", "scale_parameterization"},
+}
+TAKES["maf5"] = TAKES["made"] | {"num_layers", "batch_norm"}
+TAKES["maf10"] = TAKES["maf5"]
+TAKES["maf-mog5"] = TAKES["maf5"] | {"num_components"}
+TAKES["made-mog"] = (TAKES["made"] - {"log_scale_bound"}) | {"num_components"}
+TAKES["nsf5"] = (TAKES["maf5"] - {"log_scale_bound", "scale_parameterization"}) | {"bins", "bound"}
+TAKES["realnvp5"] = {"hidden_units", "conditional_dims", "context_network", "l2", "seed", "num_layers",
+                     "log_scale_bound"}
+TAKES["realnvp10"] = TAKES["realnvp5"]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_each_model_takes_its_keywords_and_refuses_every_other(name):
+    assert set(model_keywords(name)) == TAKES[name] | set(KERAS_KEYWORDS)
+    cls = MODELS[name][0]
+    for keyword in sorted(set(OTHER_VALUES) - TAKES[name]):
+        with pytest.raises(TypeError, match=f"^{cls.__name__} takes no keyword '{keyword}': it takes "):
+            km.build(name, 3, **{keyword: OTHER_VALUES[keyword]})
+
+
+@pytest.mark.parametrize("name", sorted(set(MODELS) - {"gaussian"}))
+def test_every_keyword_a_model_takes_is_kept_in_its_config(name):
+    """A keyword it takes reaches the model: set to another value, the config says so,
+    and the model rebuilt from it has it."""
+    given = {k: v for k, v in OTHER_VALUES.items() if k in TAKES[name]}
+    model = km.build(name, 4, **given)
+    config = model.get_config()
+    for keyword, value in given.items():
+        assert config[keyword] == value, keyword
+    again = type(model).from_config(config).get_config()
+    assert {k: again[k] for k in given} == {k: config[k] for k in given}
+    assert set(config) - {"event_size"} <= set(keywords(type(model))) | {"context_network"}
+
+
+def test_the_zoo_rejects_what_it_once_ignored():
+    # The keywords 0.4.0 accepted, saved and ignored.
+    for cls, keyword, value in [
+        (km.RealNVP, "activation", "tanh"), (km.RealNVP, "kernel_blocks", 1), (km.RealNVP, "num_components", 3),
+        (km.RealNVP, "initialization", "published"), (km.MADEMoG, "num_layers", 3),
+        (km.MADEMoG, "log_scale_bound", 5.0), (km.MAF, "num_components", 3), (km.MADE, "num_components", 3),
+        (km.MADE, "num_layers", 2), (km.NSF, "log_scale_bound", 5.0), (km.NSF, "scale_parameterization", "log_scale"),
+        (km.Gaussian, "hidden_units", [8]), (km.Gaussian, "seed", 0),
+    ]:
+        with pytest.raises(TypeError, match=f"{cls.__name__} takes no keyword '{keyword}'"):
+            cls(4, **{keyword: value})
+
+
+def _configs(release):
+    for path in sorted((DATA / f"format-{release}").glob("*.keras")):
+        with zipfile.ZipFile(path) as archive:
+            yield path.stem, json.loads(archive.read("config.json"))
+
+
+@pytest.mark.parametrize("release", ["0.3.0", "0.4.0"])
+def test_old_configs_drop_the_keys_that_changed_nothing_by_name(release):
+    for stem, saved in _configs(release):
+        cls = km.zoo.__dict__[saved["class_name"]]
+        config = {k: v for k, v in saved["config"].items() if k != "context_network" or v is None}
+        model = cls.from_config(config)
+        dropped = set(config) - set(model.get_config())
+        assert dropped == set(cls.retired_config_keys) & set(config) | set(cls.fixed_keywords) & set(config), stem
+        # Only those: a key no release wrote is still refused.
+        with pytest.raises(TypeError, match=f"{cls.__name__} takes no keyword 'hidden_size'"):
+            cls.from_config({**config, "hidden_size": 8})
+
+
+def test_a_made_saved_with_several_layers_is_not_loaded_as_one():
+    config = km.MAF(3, num_layers=2, batch_norm=False, hidden_units=[4]).get_config()
+    with pytest.raises(ValueError, match="load it as a MAF"):
+        km.MADE.from_config(config)
+
+
+def test_presets_pass_each_model_what_it_takes():
+    assert presets.model_kwargs("gas", model="realnvp5") == {"hidden_units": [100]}
+    assert presets.model_kwargs("gas", model="gaussian") == {}
+    published = presets.model_kwargs("mnist", protocol="published", model="nsf5")
+    assert "scale_parameterization" not in published and published["initialization"] == "published"
+    for name in MODELS:  # each preset builds its model
+        km.build(name, 3, **presets.model_kwargs("cifar10", protocol="published", model=name))
+
+
+def test_the_cli_refuses_an_option_its_model_does_not_take(tmp_path):
+    import tfp_maf_cli as cli
+
+    with pytest.raises(SystemExit, match="--log-scale-bound changes nothing in made-mog; the models it applies "
+                                         "to: made, realnvp5, realnvp10, maf5, maf10, maf-mog5"):
+        cli.main(["train", "--model", "made-mog", "--log-scale-bound", "5", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--hidden-units changes nothing in gaussian"):
+        cli.main(["train", "--model", "gaussian", "--hidden-units", "8", "--out", str(tmp_path)])
+    assert not any(tmp_path.iterdir())  # refused before anything was written
