@@ -488,16 +488,18 @@ class MAF(_MADEStack):
 
     Args:
       event_size: ``D``, the number of variables.
-      num_layers: ``K``, the number of MADE layers (5 or 10 in the paper).
-      batch_norm: whether a batch norm follows each MADE (the paper: yes).
       log_scale_bound: None (the paper) or ``B``: bounds every log-scale softly
         to ``+-B`` (`tfp_maf.math.soft_bound`), against overflow on wild data.
-      **kwargs: the flows' keywords (``hidden_units``, ``conditional_dims``,
+      **kwargs: the keywords below, the flows' keywords (``hidden_units``, ``conditional_dims``,
         ``context_network``, ``l2``, ``seed``: MADE ``i`` gets ``seed + i``), the
         MADE options (``activation``, ``hidden_degrees``, ``kernel_blocks``,
         ``kernel_blocks_device``, ``initialization``, ``conditional_input_layers``,
         ``scale_parameterization``), all in the module docstring, and Keras'
         ``name``, ``dtype`` (``"float32"`` or ``"float64"``), ``trainable``.
+
+    Keyword Args:
+      num_layers: ``K``, the number of MADE layers (5 or 10 in the paper).
+      batch_norm: whether a batch norm follows each MADE (the paper: yes).
 
     Raises:
       TypeError: for any other keyword.
@@ -720,12 +722,14 @@ class MAFMoG(_MixtureBase, MAF):
 
     Args:
       event_size: ``D``, the number of variables.
-      num_components: ``C``, the Gaussians of each conditional of the base
-        (10 in the paper).
-      **kwargs: the keywords of `MAF` (``num_layers``: 5 in the paper;
+      **kwargs: ``num_components``, below; the keywords of `MAF` (``num_layers``: 5 in the paper;
         ``log_scale_bound`` bounds the MAF layers', not the mixture's; ``seed``:
         MADE ``i`` gets ``seed + i``, the base ``seed + K``), and Keras' ``name``,
         ``dtype``, ``trainable``.
+
+    Keyword Args:
+      num_components: ``C``, the Gaussians of each conditional of the base
+        (10 in the paper).
 
     Raises:
       TypeError: for any other keyword.
@@ -772,10 +776,13 @@ class MADEMoG(_MixtureBase, _MADEFlow):
 
     Args:
       event_size: ``D``, the number of variables.
+      **kwargs: ``num_components``, below; the flows' keywords (``seed`` seeds the
+        random hidden degrees and initial weights) and the MADE options
+        (``scale_parameterization``: what its scale outputs are), as `MAF`, and
+        Keras' ``name``, ``dtype``, ``trainable``.
+
+    Keyword Args:
       num_components: ``C``, the Gaussians of each conditional (10 in the paper).
-      **kwargs: the flows' keywords (``seed`` seeds the random hidden degrees and
-        initial weights) and the MADE options (``scale_parameterization``: what its
-        scale outputs are), as `MAF`, and Keras' ``name``, ``dtype``, ``trainable``.
 
     Raises:
       TypeError: for any other keyword (``num_layers``: a MADE MoG is one MADE;
