@@ -343,9 +343,10 @@ class EpochStatistics(keras.callbacks.Callback):
     >>> x = np.random.default_rng(0).normal(3.0, 2.0, (64, 2)).astype(np.float32)
     >>> model = MAF(2, num_layers=1, hidden_units=[8])
     >>> model.compile(optimizer=keras.optimizers.Adam(1e-3))
-    >>> _ = model.fit(x, epochs=1, batch_size=16, verbose=0)  # adds the callback
+    >>> _ = model.fit(x, epochs=1, batch_size=64, verbose=0)  # adds the callback
 
-    The first batch norm sees the data through the MADE before it:
+    The first batch norm stores the moments of what it normalised, the data through the
+    MADE before it (one batch here; one step of training later, the MADE has barely moved):
 
     >>> import tfp_maf
     >>> u = tfp_maf.MaskedAutoregressive(model.mades[0]).inverse(x).numpy()

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+from conftest import zoo_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import keras_models as km
 import tfp_maf
 from tfp_maf.testing import assert_pairs_close, log_det_pairs, randomize_weights, round_trip_pairs
 
@@ -92,7 +92,7 @@ MODELS = ["made", "made-mog", "maf5", "maf-mog5", "realnvp5", "nsf5"]
 def test_models_give_finite_densities_and_samples(name, D, hidden_units, K, n, seed):
     if name.startswith("realnvp") and D < 2:
         D = 2  # a coupling layer needs two halves
-    model = km.build(name, D, hidden_units=hidden_units, num_components=3, conditional_dims=K, seed=seed)
+    model = zoo_model(name, D, hidden_units=hidden_units, num_components=3, conditional_dims=K, seed=seed)
     for layer in model.layers:
         randomize_weights(layer, seed, scale=0.1)
     x, y = _inputs(seed, (n,), D, K, "float32")

@@ -120,3 +120,53 @@ def test_the_cli_refuses_an_option_its_model_does_not_take(tmp_path):
     with pytest.raises(SystemExit, match="--hidden-units changes nothing in gaussian"):
         cli.main(["train", "--model", "gaussian", "--hidden-units", "8", "--out", str(tmp_path)])
     assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def _fingerprint(model, x, y):
+    """What a keyword may change: the weights' shapes and initial values, the penalty,
+    and the density under the same random weights."""
+    import numpy as np
+
+    from tfp_maf.testing import randomize_weights
+
+    shapes = [tuple(w.shape) for w in model.weights]
+    initial = [w.numpy().copy() for w in model.weights]
+    penalty = [float(v) for v in model.losses]
+    randomize_weights(model, seed=1, scale=0.5)
+    return shapes, initial, penalty, np.asarray(model.log_prob(x, y))
+
+
+def _differ(a, b) -> bool:
+    import numpy as np
+
+    (shapes_a, initial_a, penalty_a, log_p_a), (shapes_b, initial_b, penalty_b, log_p_b) = a, b
+    if shapes_a != shapes_b or penalty_a != penalty_b:
+        return True
+    return (any(not np.array_equal(u, v) for u, v in zip(initial_a, initial_b, strict=True))
+            or not np.allclose(log_p_a, log_p_b, rtol=1e-6, atol=1e-6))
+
+
+@pytest.mark.parametrize("name", sorted(set(MODELS) - {"gaussian"}))
+def test_every_keyword_a_model_takes_changes_it(name):
+    """Each keyword a model takes, set to another value, changes its weights, penalty or
+    density: none is taken for nothing. The storage keywords change the kernels' layout
+    only at sizes where "auto" stores blocks on a CPU: there they are checked."""
+    import numpy as np
+
+    D, K = 6, 2
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(16, D)).astype("float32"), np.eye(K, dtype="float32")[rng.integers(0, K, 16)]
+    base = {"hidden_units": [12, 12], "conditional_dims": K}
+    other = dict(OTHER_VALUES, hidden_units=[10, 10], conditional_dims=3, log_scale_bound=0.5)
+    reference = _fingerprint(km.build(name, D, **base), x, y)
+    for keyword in sorted(TAKES[name] - {"context_network", "kernel_blocks_device"}):
+        if keyword in base and keyword != "hidden_units":
+            continue  # conditional_dims: y's width, checked by every conditional test
+        changed = km.build(name, D, **{**base, keyword: other[keyword]})
+        assert _differ(reference, _fingerprint(changed, x, y)), f"{name}: {keyword} changed nothing"
+    if "kernel_blocks_device" in TAKES[name]:
+        # A 1024 x 1024 kernel: "auto" stores it in degree blocks for a CPU, dense for a GPU.
+        big = {"hidden_units": [1024, 1024], "num_layers": 1, "num_components": 1, "bins": 1}
+        big = {key: value for key, value in big.items() if key in TAKES[name]}
+        cpu, gpu = (km.build(name, 8, **big, kernel_blocks_device=kind) for kind in ("cpu", "gpu"))
+        assert len(cpu.weights) != len(gpu.weights), f"{name}: kernel_blocks_device changed nothing"
