@@ -24,9 +24,9 @@ class BatchNormState(keras.layers.Layer):
     the layer.
 
     Every minibatch the layer normalises in training (``training=True``) is
-    also summed into its *epoch moments*: the exact mean and variance of all
-    the rows it normalised since `reset_epoch_moments`, which
-    `store_epoch_moments` makes the stored statistics. A
+    also summed into its *epoch moments*: the mean and variance of the rows it
+    normalised since `reset_epoch_moments` (every row alike, or the latest
+    weighted more), which `store_epoch_moments` makes the stored statistics. A
     `keras_models.DensityModel`'s ``fit`` does both each epoch, so the
     statistics follow the training data with no pass of their own. The sums
     are not weights: they are neither trained nor saved.
@@ -205,16 +205,16 @@ class _EpochMoments:
     """
 
     def __init__(self, size: int, dtype):
-        def variable(name, shape):
+        def variable(name, initial):
             return tf.Variable(
-                tf.zeros(shape, dtype), trainable=False, name=name,
+                initial, trainable=False, name=name,
                 synchronization=tf.VariableSynchronization.ON_READ,
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
 
-        self.rows, self.mean, self.m2 = variable("rows", []), variable("mean", [size]), variable("m2", [size])
-        self.decay = variable("decay", [])  # a minibatch's weight, per minibatch after it
-        self.decay.assign(tf.ones([], dtype))
+        self.rows, self.mean = variable("rows", tf.zeros([], dtype)), variable("mean", tf.zeros([size], dtype))
+        self.m2 = variable("m2", tf.zeros([size], dtype))
+        self.decay = variable("decay", tf.ones([], dtype))  # a minibatch's weight, per minibatch after it
 
     def add(self, rows, mean, variance):
         """Merges one minibatch: its row count, mean and (biased) variance."""
