@@ -362,7 +362,7 @@ class EpochStatistics(keras.callbacks.Callback):
         return _named_batch_norm_layers(self.model).values()
 
     def on_epoch_begin(self, epoch, logs=None):
-        steps = self.params.get("steps") or self._steps
+        steps = (self.params or {}).get("steps") or self._steps
         window = MIN_WINDOW if steps is None else max(steps * WINDOW_FRACTION, min(steps, MIN_WINDOW))
         for layer in self._layers():
             layer.reset_epoch_moments(window)
