@@ -22,10 +22,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_models.model_functions import model_function
 from tfp_maf import BatchNormState, ExpGammaBatchNorm, flow_kwargs
-from tfp_maf._tracking import sublayers
-from tfp_maf.bijectors._fused import FusedBijector
-from tfp_maf.layers import kernels_as_stored
+from tfp_maf.bijectors import FusedBijector
+from tfp_maf.layers import kernels_as_stored, sublayers
 
 __all__ = ["BatchNormStatistics", "EpochStatistics", "batch_norm_layers", "set_batch_norm_statistics"]
 
@@ -195,7 +195,7 @@ def _inverse_step(model, last: int):
             return tf.switch_case(index, [inverse(b) for b in dist.bijector.bijectors[:last]])
 
     # y, when given, is always [N, K]: one function whatever it is.
-    return model._traced(f"inverse step to {last}", None, step)
+    return model_function(model, f"inverse step to {last}", None, step)
 
 
 def _set_in_one_call(model, layers: dict, x, y, dtype) -> None:
@@ -213,7 +213,7 @@ def _set_in_one_call(model, layers: dict, x, y, dtype) -> None:
         layers[name].mean.assign(mean)
         layers[name].variance.assign(variance)
     for name, (mean, variance) in statistics.items():
-        layers[name]._checked_statistics(mean.numpy(), variance.numpy())
+        layers[name].checked_statistics(mean.numpy(), variance.numpy())
     # (set_statistics accepts what the graph refused: the two checks disagree)
     raise ValueError("the training set's batch-norm statistics are non-finite or negative.")
 
@@ -249,7 +249,7 @@ def _one_call_pass(model, layers: dict):
                 rows = _inverse(bijector, rows, context)
         return before, statistics, valid
 
-    return model._traced("batch-norm statistics in one call", None, run)
+    return model_function(model, "batch-norm statistics in one call", None, run)
 
 
 def _inverse(bijector, rows, context):
@@ -270,7 +270,7 @@ def _moments(rows):
 
 def _batch_moments(model):
     """`_moments` as one cached graph function of ``model``."""
-    return model._traced("batch moments", None, _moments)
+    return model_function(model, "batch moments", None, _moments)
 
 
 class BatchNormStatistics(keras.callbacks.Callback):

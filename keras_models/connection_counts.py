@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfp_maf._tracking import sublayers
-from tfp_maf.layers.coupling import CouplingNetworks
-from tfp_maf.layers.made import MADENetwork, MaskedDense
+from tfp_maf.layers import CouplingNetworks, MADENetwork, MaskedDense, sublayers
 
 __all__ = ["connection_weights", "paper_estimate"]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import inspect
 
 import keras
@@ -11,18 +10,11 @@ import tensorflow_probability as tfp
 
 from keras_models import _checks
 from keras_models._checks import unpack
-from keras_models.batch_norm_statistics import (
-    BatchNormStatistics,
-    EpochStatistics,
-    set_batch_norm_statistics,
-)
+from keras_models.batch_norm_statistics import set_batch_norm_statistics
+from keras_models.keras_loop import KerasLoop
+from keras_models.model_functions import model_function
 from tfp_maf import apply_masks
-from tfp_maf._graph_memory import (
-    custom_gradients_released,
-    mark_traced_on_purpose,
-    traced_on_purpose,
-)
-from tfp_maf.layers import kernels_as_stored, mask_gradients
+from tfp_maf.layers import kernels_as_stored
 from tfp_maf.sampling import full_passes, without_gradients
 
 tfd = tfp.distributions
@@ -35,7 +27,8 @@ __all__ = ["DensityModel", "keywords", "unpack"]
 _no_autograph = tf.autograph.experimental.do_not_convert
 
 
-class DensityModel(keras.Model):
+
+class DensityModel(KerasLoop):
     """Base of every model in the zoo: the model owns the weights, and
     `distribution` builds a fresh TFP distribution from them on demand.
 
@@ -240,22 +233,12 @@ class DensityModel(keras.Model):
         traced function of it. The test and predict steps call it too: the trace made
         for validation then serves the user's later calls (each trace costs about 0.2 s
         for a MAF (5), 2 cores)."""
-        return self._traced("log_prob", y, lambda x, y: self._log_prob(x, y, False))(x, y)
+        return model_function(self, "log_prob", y, lambda x, y: self._log_prob(x, y, False))(x, y)
 
     def _log_prob(self, x, y, training) -> tf.Tensor:
         """log p(x | y) of checked inputs: the distribution's, or a subclass's faster
         route to the same figures."""
         return self._distribution(y, training).log_prob(x)
-
-    def _traced(self, name: str, y, fn):
-        """``fn`` as a `tf.function` of this model, one per ``name`` and rank of ``y`` (a
-        relaxed rank would leave the layers' widths unknown). Its batch dimension relaxes
-        to None on the second size: at most two traces each."""
-        cache = self.__dict__.setdefault("_traced_calls", {})  # not a Keras-tracked attribute
-        key = (name, None if y is None else y.shape.rank)
-        if key not in cache:  # (traced_on_purpose: without AutoGraph, which could not parse these lambdas)
-            cache[key] = traced_on_purpose(fn, reduce_retracing=True)
-        return cache[key]
 
     def call(self, inputs, training=False):
         x, y, _ = unpack(inputs)
@@ -299,7 +282,8 @@ class DensityModel(keras.Model):
             seed = tf.cast(seed, tf.int32)
         y = _checks.check_sample_y(self, n, y)
         if tf.executing_eagerly():  # one traced program per model for every n (see log_prob)
-            return self._traced(f"sample, seed {seed is not None}", y, self._draw)(tf.cast(n, tf.int32), y, seed)
+            draw = model_function(self, f"sample, seed {seed is not None}", y, self._draw)
+            return draw(tf.cast(n, tf.int32), y, seed)
         return self._draw(n, y, seed)
 
     def _draw(self, n, y, seed):
@@ -362,7 +346,7 @@ class DensityModel(keras.Model):
                 raise ValueError(f"{self.name}: expected gumbel of shape [n, {self.event_size}, {C}], "
                                  f"got shape {gumbel.shape.as_list()}.")
         if tf.executing_eagerly():  # one traced program per model for every n (see log_prob)
-            return self._traced("sample_from_noise", y, self._noise_sample)(noise, y, gumbel)
+            return model_function(self, "sample_from_noise", y, self._noise_sample)(noise, y, gumbel)
         return self._noise_sample(noise, y, gumbel)
 
     def _noise_sample(self, noise, y, gumbel):
@@ -449,145 +433,6 @@ class DensityModel(keras.Model):
         """
         set_batch_norm_statistics(self, x, y, batch_size)
 
-    # -- training --------------------------------------------------------------
-
-    def fit(self, *args, **kwargs):
-        """Keras' ``fit``, with the batch norms' statistics kept right.
-
-        Each epoch every batch norm stores the mean and variance of the rows it
-        normalised, the later batches weighted more, before validation and at the
-        epoch's end (`keras_models.batch_norm_statistics.EpochStatistics`, put first in
-        ``callbacks``), so `log_prob` and ``evaluate`` after ``fit`` see statistics of
-        the training data. With a `BatchNormStatistics` callback among ``callbacks``
-        (as `keras_models.training.fit_as_paper` passes) the statistics are instead
-        the paper's: a pass over the whole training set with the final weights.
-        Arguments are Keras'.
-        """
-        kwargs = _checks.dataset_shuffle(super().fit, args, kwargs)
-        # By name from here: the callbacks may come positionally.
-        args, kwargs = (), dict(inspect.signature(super().fit).bind(*args, **kwargs).arguments)
-        kwargs["callbacks"] = _with_epoch_statistics(self, kwargs.get("callbacks"))
-        return self._checked_call(super().fit, args, kwargs, ("steps_per_epoch", "validation_steps"))
-
-    def evaluate(self, *args, **kwargs):
-        return self._checked_call(super().evaluate, args, kwargs, ("steps",))
-
-    def predict(self, *args, **kwargs):
-        return self._checked_call(super().predict, args, kwargs, ("steps",))
-
-    def _checked_call(self, method, args, kwargs, step_counts):
-        """Keras' ``method`` after the checks of `keras_models._checks`, with floatx the
-        model's dtype: Keras casts float arrays to floatx, which a float64 model must not see."""
-        _checks.check_whole_executions(self, method, args, kwargs, step_counts)
-        _checks.check_data(self, method, args, kwargs)
-        with _checks.floatx_of(self):
-            return method(*args, **kwargs)
-
-    # Keras makes these per model from the same code; TF would count every model's
-    # trace as a retrace of one function and warn from the fifth (`mark_traced_on_purpose`).
-    def make_train_function(self, force=False):
-        # Keras builds the optimizer inside the first trace of the step. A first trace
-        # that fails (a bad input) would leave its variables to the next trace, and TF
-        # refuses variables created on a non-first call: every later fit would fail.
-        if self.optimizer is not None and not self.optimizer.built:
-            self.optimizer.build(self.trainable_variables)
-        if self.train_function is None or force:
-            self.train_function = self._one_step_function(self.train_step)
-            if self.train_function is None:
-                super().make_train_function(force)
-        mark_traced_on_purpose(self.train_function)
-        return self.train_function
-
-    def make_test_function(self, force=False):
-        if self.test_function is None or force:
-            self.test_function = self._one_step_function(self.test_step)
-            if self.test_function is None:
-                super().make_test_function(force)
-        mark_traced_on_purpose(self.test_function)
-        return self.test_function
-
-    def _one_step_function(self, step):
-        """For one step per call on one device, ``function(iterator)``: the next batch,
-        read in Python, through one traced ``step``; else None (Keras' own function).
-
-        Keras wraps its traced step in a second `tf.function` that reads the iterator in
-        the graph, and TensorFlow optimises the step's graph once for each when it first
-        runs it: 0.6 s more before a MAF (5)'s first batch (2 cores), for nothing at one
-        step a call. This is the function Keras itself runs for an iterator that is not
-        a `tf.data` one. Several steps a call, a distribution strategy, or
-        ``run_eagerly`` get Keras' function.
-        """
-        if (self.run_eagerly or self.steps_per_execution != 1 or tf.distribute.has_strategy()
-                or self.distribute_strategy is not tf.distribute.get_strategy()):
-            return None
-        traced = {}  # by the iterator's element spec
-
-        def function(iterator):
-            # Traced for the iterator's spec (any number of rows), not the first batch's
-            # shape: a short last batch would be a second trace.
-            spec = getattr(iterator, "element_spec", None)
-            key = None if spec is None else repr(spec)
-            if key not in traced:
-                if spec is None:
-                    traced[key] = traced_on_purpose(step, jit_compile=self.jit_compile, reduce_retracing=True)
-                else:
-                    # Its one trace, called directly: a `tf.function` call first looks the trace
-                    # up, hashing the call's signature with its captured variables, 0.6 to 0.9
-                    # ms of a MAF (5)'s 4 ms step (2 cores).
-                    traced[key] = traced_on_purpose(
-                        step, jit_compile=self.jit_compile, input_signature=[spec]).get_concrete_function()
-            return traced[key](next(iterator))  # StopIteration ends the epoch, as Keras expects
-
-        return function
-
-    def make_predict_function(self, force=False):
-        super().make_predict_function(force)
-        mark_traced_on_purpose(self.predict_function)
-        return self.predict_function
-
-    @property
-    def metrics(self):
-        return [self.loss_tracker]
-
-    def train_step(self, data):
-        # custom_gradients_released: else the trace outlives the model. kernels_as_stored:
-        # the MADEs' kernels are read as stored and their gradients masked below, where XLA
-        # fuses the mask into the optimizer's update.
-        with custom_gradients_released(), kernels_as_stored():
-            x, y, sample_weight = unpack(data)
-            with tf.GradientTape() as tape:
-                nll = -_weighted_mean(self.log_prob(x, y, training=True), sample_weight)
-                penalty = tf.add_n(self.losses) if self.losses else 0.0
-                # Under tf.distribute each replica sees 1/R of the global batch and the
-                # optimizer sums the replicas' gradients: scale so the sum is the mean.
-                total = (nll + tf.cast(penalty, nll.dtype)) / tf.distribute.get_strategy().num_replicas_in_sync
-            variables = self.trainable_variables
-            if variables:
-                self.optimizer.apply(mask_gradients(self, tape.gradient(total, variables), variables), variables)
-            self.loss_tracker.update_state(nll)
-            return self._logs()
-
-    def test_step(self, data):
-        x, y, sample_weight = unpack(data)
-        log_prob = self._traced_log_prob(*self._checked(x, y))
-        self.loss_tracker.update_state(-_weighted_mean(log_prob, sample_weight))
-        return self._logs()
-
-    def predict_step(self, data):
-        x, y, _ = unpack(data)  # Keras' own would read (x, y) as features and targets
-        return self._traced_log_prob(*self._checked(x, y))
-
-    def _checked(self, x, y):
-        return _checks.check_x(self, x), _checks.check_y(self, y, "call log_prob(x, y)")
-
-    def _logs(self) -> dict:
-        loss = self.loss_tracker.result()
-        if isinstance(tf.distribute.get_strategy(), tf.distribute.MultiWorkerMirroredStrategy):
-            # Keras 3 averages each worker's logs with strategy.reduce("MEAN", axis=0),
-            # which rejects scalars (seen with Keras 3.15): give it a vector of one.
-            loss = tf.reshape(loss, [1])
-        return {"loss": loss}
-
     def get_config(self):
         config = super().get_config()
         config.update(event_size=self.event_size, conditional_dims=self.conditional_dims)
@@ -632,28 +477,3 @@ def keywords(cls) -> tuple[str, ...]:
                     and parameter.name not in ("self", "event_size", *declared, *cls.fixed_keywords)):
                 declared.append(parameter.name)
     return (*sorted(declared), *KERAS_KEYWORDS)
-
-
-def _weighted_mean(values, sample_weight):
-    """The mean of ``values``, weighted by ``sample_weight`` when given."""
-    if sample_weight is None:
-        return tf.reduce_mean(values)
-    weights = tf.cast(tf.reshape(sample_weight, tf.shape(values)), values.dtype)
-    return tf.reduce_sum(values * weights) / tf.reduce_sum(weights)
-
-
-def _with_epoch_statistics(model, callbacks):
-    """``fit``'s ``callbacks`` with `EpochStatistics` first, unless they set the statistics
-    by the paper's exact pass (or already have it)."""
-    listed = callbacks.callbacks if isinstance(callbacks, keras.callbacks.CallbackList) else list(callbacks or [])
-    if any(isinstance(c, (BatchNormStatistics, EpochStatistics)) for c in listed):
-        return callbacks
-    epoch_statistics = EpochStatistics()
-    if not isinstance(callbacks, keras.callbacks.CallbackList):
-        return [epoch_statistics, *listed]
-    # Keras runs a CallbackList as given: its model and parameters are already set.
-    epoch_statistics.set_model(model)
-    epoch_statistics.set_params(callbacks.params or {})
-    callbacks = copy.copy(callbacks)  # the caller's list stays as it was
-    callbacks.callbacks = [epoch_statistics, *listed]
-    return callbacks

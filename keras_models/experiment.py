@@ -196,7 +196,7 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
 def _step_size_override(name, learning_rate) -> float | None:
     """``learning_rate``, or ``None`` where it is the paper's step size for ``name`` (or the
     model is fitted in closed form): such a run is the paper's protocol."""
-    from keras_models.zoo import LEARNING_RATES
+    from keras_models.presets import LEARNING_RATES
 
     if name == "gaussian" or learning_rate is None or learning_rate == LEARNING_RATES.get(name, 1e-4):
         return None
@@ -226,7 +226,7 @@ def _train_or_resume(splits, name, run_dir: Path, *, max_epochs, max_minutes, **
     budget is loaded instead of trained again."""
     import keras
 
-    from keras_models.training import write_atomically
+    from keras_models.callbacks import write_atomically
 
     done, saved = run_dir / "done.json", run_dir / "model.keras"
     if name != "gaussian" and done.exists() and saved.exists():
@@ -258,7 +258,7 @@ def _write_row(results_dir, stem, dataset, conditional, row):
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
         "wall_time_s": round(sum(r["wall_time_s"] for r in rows), 1), "rows": rows,
     }
-    from keras_models.training import write_atomically
+    from keras_models.callbacks import write_atomically
 
     write_atomically(path, json.dumps(result, indent=2) + "\n")  # a kill mid-write leaves the last file whole
     (out / f"{stem}.md").write_text(markdown_table(result))

@@ -9,13 +9,12 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_models._checks import unpack
-from keras_models.density_model import DensityModel
 from tfp_maf.sampling import full_passes
 
 __all__ = ["export_saved_model"]
 
 
-def export_saved_model(model: DensityModel, path: str, verbose: bool = False, input_signature=None,
+def export_saved_model(model, path: str, verbose: bool = False, input_signature=None,
                        portable: bool = False) -> None:
     """Writes a TensorFlow SavedModel with its signatures, for TF Serving and Python alike.
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from tfp_maf._compat import adam_slots
+from tfp_maf._platform.compat import adam_slots
 
 __all__ = ["FusedAdam"]
 

@@ -33,7 +33,6 @@ import tempfile
 import tensorflow as tf
 
 from keras_models._optional import require
-from keras_models.density_model import DensityModel
 from keras_models.export import export_saved_model
 
 __all__ = ["ENDPOINTS", "FILES", "export_files", "export_litert", "export_onnx"]
@@ -43,7 +42,7 @@ ENDPOINTS = ("log_prob", "sample_from_noise")
 
 
 @contextlib.contextmanager
-def _portable_saved_model(model: DensityModel):
+def _portable_saved_model(model):
     """``model``'s SavedModel traced for the converters, loaded; deleted on exit."""
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "saved_model")
@@ -56,7 +55,7 @@ FILES = {"onnx": {"log_prob": "model.onnx", "sample_from_noise": "model.sample_f
          "litert": {"log_prob, sample_from_noise": "model.tflite"}}
 
 
-def export_files(model: DensityModel, directory: str, formats=("onnx", "litert")) -> dict:
+def export_files(model, directory: str, formats=("onnx", "litert")) -> dict:
     """Writes every signature in each format into ``directory`` (`FILES` names them),
     from one SavedModel: what `export_onnx` and `export_litert` write, for the cost of
     one trace (``tfp-maf export --format`` calls this).
@@ -92,7 +91,7 @@ def export_files(model: DensityModel, directory: str, formats=("onnx", "litert")
     return written
 
 
-def export_onnx(model: DensityModel, path: str, endpoint: str = "log_prob", opset: int | None = None) -> str:
+def export_onnx(model, path: str, endpoint: str = "log_prob", opset: int | None = None) -> str:
     """Writes one signature of ``model`` as an ONNX model, through tf2onnx.
 
     Args:
@@ -147,7 +146,7 @@ def _signature_function(loaded, name: str):
     return tf.function(function, input_signature=list(inputs.values()))
 
 
-def export_litert(model: DensityModel, path: str) -> str:
+def export_litert(model, path: str) -> str:
     """Writes ``model``'s ``log_prob`` and ``sample_from_noise`` signatures as one
     LiteRT (TensorFlow Lite) flatbuffer, through TensorFlow's LiteRT converter, with
     LiteRT's builtin ops only.
@@ -180,7 +179,7 @@ def export_litert(model: DensityModel, path: str) -> str:
     return path
 
 
-def _check_litert(model: DensityModel) -> None:
+def _check_litert(model) -> None:
     if model.compute_dtype != "float32":
         raise ValueError(f"{model.name}: LiteRT runs float32 models; this one is {model.compute_dtype}.")
 

@@ -28,8 +28,11 @@ log-precisions (``scale_parameterization="log_precision"``). ``"published-log-sc
 
 from __future__ import annotations
 
-__all__ = ["HIDDEN_UNIT_OPTIONS", "PROTOCOLS", "PROTOCOL_LABELS", "PUBLISHED_HIDDEN_UNIT_OPTIONS",
+__all__ = ["HIDDEN_UNIT_OPTIONS", "LEARNING_RATES", "PROTOCOLS", "PROTOCOL_LABELS", "PUBLISHED_HIDDEN_UNIT_OPTIONS",
            "hidden_unit_options", "model_kwargs"]
+
+# The paper's step sizes (section 4): 1e-3 for MADE and MADE MoG, 1e-4 for the flows.
+LEARNING_RATES = {"made": 1e-3, "made-mog": 1e-3}
 
 HIDDEN_UNIT_OPTIONS = {
     # The embedded default is not in the paper: two layers of 100 learn it well.

@@ -1,4 +1,4 @@
-"""`tfp_maf._compat`: every private name it reads exists on the installed TF, TFP and
+"""`tfp_maf._platform.compat`: every private name it reads exists on the installed TF, TFP and
 Keras (`.ci/run` runs this on both ends of the supported range), and importing
 tfp-maf changes nothing of theirs."""
 
@@ -12,14 +12,14 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from tfp_maf import _compat
+from tfp_maf._platform import compat as _compat
 
 tfb, tfd = tfp.bijectors, tfp.distributions
 
 
 def test_cache_util_has_the_cache_classes_our_bijectors_use():
     assert _compat.cache_util is not None
-    from tfp_maf.bijectors._fused import FusedBijector
+    from tfp_maf.bijectors.fused import FusedBijector
 
     # The greedy cache is in place: the log-det comes from the pass that gave the value.
     assert isinstance(FusedBijector._cache, _compat.cache_util.BijectorCacheWithGreedyAttrs)
@@ -54,7 +54,7 @@ def test_gradient_registry_holds_what_custom_gradient_registers():
 
 
 def test_custom_gradients_released_removes_what_a_trace_registered():
-    from tfp_maf._graph_memory import custom_gradients_released
+    from tfp_maf._platform.graph_memory import custom_gradients_released
 
     registry = _compat.gradient_registry()
 
@@ -106,9 +106,9 @@ def test_outermost_graph_climbs_out_of_loop_bodies():
 
 
 def test_keras_tracks_sublayers_where_our_walk_looks():
-    """`tfp_maf._tracking.sublayers` finds the layers a model holds in attributes and lists."""
+    """`tfp_maf._platform.layer_tracking.sublayers` finds the layers a model holds in attributes and lists."""
     import keras_models as km
-    from tfp_maf._tracking import sublayers
+    from tfp_maf._platform.layer_tracking import sublayers
 
     model = km.MAF(3, hidden_units=[8], num_layers=2)
     names = {layer.name for layer in sublayers(model)}
@@ -179,8 +179,8 @@ _WITHOUT_CACHE_UTIL = textwrap.dedent(
     vars(internal).pop("cache_util", None)
     sys.modules["tensorflow_probability.python.internal.cache_util"] = None
     import keras_models as km
-    from tfp_maf import _compat
-    from tfp_maf.bijectors._cache import greedy_graph_only_cache
+    from tfp_maf._platform import compat as _compat
+    from tfp_maf._platform.bijector_cache import greedy_graph_only_cache
     from tfp_maf.testing import randomize_weights
     assert _compat.cache_util is None and greedy_graph_only_cache("f", "i") is None
     x = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
@@ -213,7 +213,7 @@ def test_without_tfp_cache_util_the_flows_fall_back_to_tfps_cache_with_the_same_
 
 def test_without_the_gradient_registry_training_works_and_nothing_is_released(monkeypatch):
     import keras_models as km
-    from tfp_maf import _graph_memory
+    from tfp_maf._platform import graph_memory as _graph_memory
 
     monkeypatch.setattr(_graph_memory, "gradient_registry", lambda: None)
     x = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)

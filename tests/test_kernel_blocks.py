@@ -17,8 +17,8 @@ import pytest
 import tensorflow as tf
 
 import keras_models
-from keras_models import _kernel_layout
-from tfp_maf import MADENetwork, MaskedDense, _devices
+from keras_models import kernel_storage
+from tfp_maf import MADENetwork, MaskedDense, devices, sampling
 from tfp_maf.layers.block_layout import BlockLayout, auto_blocks, reorder
 from tfp_maf.testing import randomize_weights
 
@@ -120,7 +120,7 @@ def test_auto_keeps_every_kernel_dense_on_a_gpu(monkeypatch):
     assert all(layer.layout is None for layer in [*on_gpu.hidden_layers, on_gpu.output_layer])
     assert MADENetwork(784, [1024], seed=0, kernel_blocks=4, kernel_blocks_device="gpu").output_layer.layout
     # The default is the device TensorFlow runs on; the config records it.
-    monkeypatch.setattr(_devices, "device_kind", lambda: "gpu")
+    monkeypatch.setattr(devices, "device_kind", lambda: "gpu")
     model = keras_models.MADEMoG(784, hidden_units=[1024], num_components=2)
     assert model.get_config()["kernel_blocks_device"] == "gpu"
     assert all(layer.layout is None for layer in _dense_layers(model))
@@ -201,8 +201,8 @@ def test_blocked_made_gives_the_dense_outputs_gradients_and_samples(num_componen
     noise = tf.constant(rng.normal(size=(4, D)), dtype)
     y4 = None if y is None else y[:4]
     if num_components is None:
-        np.testing.assert_allclose(dense.sample_sequentially(emit, noise, y4)[0],
-                                   blocked.sample_sequentially(emit, noise, y4)[0], rtol=tol, atol=tol)
+        np.testing.assert_allclose(sampling.sample_sequentially(dense, emit, noise, y4)[0],
+                                   sampling.sample_sequentially(blocked, emit, noise, y4)[0], rtol=tol, atol=tol)
 
 
 def _model(blocks, **kwargs):
@@ -298,10 +298,10 @@ def test_a_weights_list_saved_in_another_storage_sets_the_model(saved, loaded):
     for model in (source, target):
         model.log_prob(x[:2])
     randomize_weights(source, 4, 0.2)
-    target.set_weights(_kernel_layout.weights_list(target, source.get_weights()))
+    target.set_weights(kernel_storage.weights_list(target, source.get_weights()))
     np.testing.assert_allclose(target.log_prob(x), source.log_prob(x), rtol=1e-5)
     same = target.get_weights()
-    assert all(a is b for a, b in zip(_kernel_layout.weights_list(target, same), same, strict=True))
+    assert all(a is b for a, b in zip(kernel_storage.weights_list(target, same), same, strict=True))
 
 
 def test_a_run_backed_up_in_blocks_resumes_with_dense_kernels(tmp_path):

@@ -66,8 +66,8 @@ def test_calls_of_every_size_trace_and_compile_a_bounded_number_of_times(name, c
         model.log_prob(rng.normal(size=(n, D)).astype(np.float32), None if y_row is None else np.tile(y_row, (n, 1)))
     assert _traces(model) == traces and all(count <= 2 for count in traces.values()), traces
     mades = [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADENetwork)]
-    chunk_sizes = max(len(sampling.Schedule.of(sampling.Structure.of(m), m.sampling_tuning).chunk_sizes)
-                      for m in mades)
+    schedules = [sampling.Schedule.of(sampling.Structure.of(m), m.sampling_tuning or sampling.Tuning()) for m in mades]
+    chunk_sizes = max(len(s.chunk_sizes) for s in schedules)
     now = _programs(model)
     assert all(graph <= 2 and xla <= chunk_sizes for graph, xla in now), now
 

@@ -249,7 +249,7 @@ def test_gradient_masks_are_built_from_short_vectors_not_copied_into_the_graph()
     # A NumPy mask in a trace is a constant that every copy of the graph carries (an
     # MNIST MAF (5)'s fit step held 0.8 GB more with them): mask_gradients builds MADE
     # masks, and their blocks, from two vectors of ranks.
-    from tfp_maf.layers.made import _mask_tensor
+    from tfp_maf.layers.gradient_masks import mask_tensor as _mask_tensor
 
     made = MADENetwork(7, [24, 24], num_components=2, seed=3, order="random", kernel_blocks=3)
     masks = [m for layer in [*made.hidden_layers, made.output_layer] for _, m in layer.kernel_masks()]

@@ -165,7 +165,7 @@ def test_tuning_refuses_what_is_not_a_positive_count():
 
 def test_plan_blocks_cover_every_unit_once():
     made = _made(CONFIGS[3])
-    plan = made.sequential_plan
+    plan = SequentialPlan.of(made)
     assert isinstance(plan, SequentialPlan)
     np.testing.assert_array_equal(made.input_degrees[plan.var_at], np.arange(1, 10))
     for degrees, order, offsets in zip(made.degrees, plan.unit_order, plan.offsets, strict=True):
@@ -206,7 +206,7 @@ def test_gradients_through_sampling_equal_the_plain_loop(mode, block):
 
 @pytest.mark.parametrize("config", [CONFIGS[0], CONFIGS[2], CONFIGS[3]], ids=lambda c: f"D{c[0]}-{c[1]}-K{c[2]}-{c[4]}")
 def test_log_precision_heads_sample_as_the_plain_loop(config, monkeypatch):
-    # The fast sampler reads the output weights itself (`sampling_weights`), so it must
+    # The fast sampler reads the output weights itself (`tfp_maf.sampling.weights_of`), so it must
     # turn the log-precisions into log-scales as the call does; with no hidden layers
     # (CONFIGS[2]) y's kernel feeds the output and gives scale outputs too.
     D, hidden, K, order, degrees = config

@@ -9,13 +9,19 @@ Every public symbol, and where it lives:
 | `AffineCoupling`, `coupling_partition` | `tfp_maf.bijectors.affine_coupling` |
 | `ExpGammaBatchNorm`, `batch_moments` | `tfp_maf.bijectors.exp_gamma_batch_norm` |
 | `MADEMoG` | `tfp_maf.distributions.made_mog` |
-| `MADENetwork` (the MADE network), `MaskedDense`, `apply_masks` | `tfp_maf.layers.made` |
+| `MADENetwork` (the MADE network) | `tfp_maf.layers.made` |
+| `MaskedDense`, `apply_masks` | `tfp_maf.layers.masked_dense` |
 | `CouplingNetworks` | `tfp_maf.layers.coupling` |
 | `BatchNormState` (the batch norm's weights and statistics) | `tfp_maf.layers.batch_norm` |
 | `flow_kwargs`, `bind_kwargs` | `tfp_maf.kwargs` |
 | `masks` (orders, degrees, masks; pure NumPy) | `tfp_maf.masks` |
 | `splines` (rational-quadratic splines; pure TF maths) | `tfp_maf.splines` |
 | `sampling` (the one-pass sequential engine) | `tfp_maf.sampling` |
+| `tracing` (functions traced in long-lived processes) | `tfp_maf.tracing` |
+| `devices` (the device kind CPU-only speed tricks check) | `tfp_maf.devices` |
+
+Workarounds of TensorFlow, TFP and Keras behaviour live in `tfp_maf._platform`, each with
+its reason, the versions verified and how to tell when it can go.
 
 The pieces follow TFP's split between maths and state: a bijector holds the maths and
 calls a Keras 3 layer that owns the weights (`MADENetwork`, `CouplingNetworks`,
@@ -50,7 +56,7 @@ In training, the batch norm normalises with the minibatch's statistics: pass
 {'norm_0': {'training': True}}
 """
 
-from tfp_maf import bijectors, distributions, layers, masks, sampling, splines
+from tfp_maf import bijectors, devices, distributions, layers, masks, sampling, splines, tracing
 from tfp_maf.bijectors import (
     AffineCoupling,
     ExpGammaBatchNorm,
@@ -86,10 +92,12 @@ __all__ = [
     "bijectors",
     "bind_kwargs",
     "coupling_partition",
+    "devices",
     "distributions",
     "flow_kwargs",
     "layers",
     "masks",
     "sampling",
     "splines",
+    "tracing",
 ]

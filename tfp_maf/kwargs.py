@@ -18,7 +18,7 @@ from tfp_maf._checks import as_conditional_input
 # TFP builds a non-composite base of `tfb.Chain` / `tfb.Invert` /
 # `tfd.TransformedDistribution` (not the public class) when the parts are not
 # CompositeTensors, as ours (holding Keras layers) are not.
-from tfp_maf._compat import CHAIN_TYPES, INVERT_TYPES, TRANSFORMED_DISTRIBUTION_TYPES
+from tfp_maf._platform.compat import CHAIN_TYPES, INVERT_TYPES, TRANSFORMED_DISTRIBUTION_TYPES
 from tfp_maf.bijectors._autoregressive import MaskedTransform
 from tfp_maf.bijectors.affine_coupling import AffineCoupling
 from tfp_maf.bijectors.exp_gamma_batch_norm import ExpGammaBatchNorm

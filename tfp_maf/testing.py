@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from tfp_maf.layers.made import apply_masks
+from tfp_maf.layers import apply_masks
 
 __all__ = [
     "assert_ldj_matches_autodiff",

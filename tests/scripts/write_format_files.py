@@ -8,7 +8,8 @@ checkout of 0.3.0 (``PYTHONPATH`` pointing at it)::
 For each model family of the zoo (small: three variables, a few units) it trains two epochs
 with ``compile_as_paper`` (so the file holds Adam's state), sets the batch norms' training-set
 statistics, and writes ``NAME.keras``, and for one model ``NAME.weights.h5``, beside
-``log_prob.npz``: the inputs and each model's ``log_prob`` of them. Later releases must read
+``log_prob.npz``: the inputs and each model's ``log_prob`` of them. (The blocked MAF was
+added to 0.4.0's files later, written by this script from 0.4.0's code.) Later releases must read
 these files to the same ``log_prob`` and resume training from them.
 """
 
@@ -36,7 +37,11 @@ if hasattr(km, "NSF"):  # from 0.4.0
                      scale_parameterization="log_precision")
     CASES["maf_mog_published_cond"] = (km.MAFMoG, dict(
         hidden_units=[8, 8], num_layers=2, num_components=3, conditional_dims=4, **published), True)
-WEIGHTS_ONLY = "maf_cond"
+if hasattr(km.MAF(3), "kernel_blocks"):
+    # The MADEs' kernels in degree blocks, as "auto" stores large ones on a CPU.
+    CASES["maf_blocked_cond"] = (km.MAF, dict(hidden_units=[16, 12], num_layers=2, conditional_dims=4,
+                                              kernel_blocks=3), True)
+WEIGHTS_ONLY = ("maf_cond", "maf_blocked_cond")
 
 
 def main(out: pathlib.Path) -> None:
@@ -53,7 +58,7 @@ def main(out: pathlib.Path) -> None:
         model.set_batch_norm_statistics(*inputs)
         log_probs[name] = np.asarray(model.log_prob(*(a[:10] for a in inputs)))
         model.save(out / f"{name}.keras")
-        if name == WEIGHTS_ONLY:
+        if name in WEIGHTS_ONLY:
             model.save_weights(out / f"{name}.weights.h5")
     np.savez(out / "log_prob.npz", x=x[:10], y=y[:10], **log_probs)
 

@@ -14,6 +14,10 @@ back (the forward direction, what ``sample`` uses), with ``forward_min_event_ndi
 `coupling_partition` gives a coupling layer's copied and transformed indices, and
 `batch_moments` the minibatch statistics the batch norm uses in training.
 
+Every one is a `FusedBijector`: one pass gives a value and its log-det, and TFP's cache
+keeps both. `GraphLocalChain` is TFP's `tfb.Chain` for such parts, with a cache whose
+entries die with the traces that made them (what `keras_models`' flows chain with).
+
 Example:
 
 >>> import numpy as np
@@ -27,14 +31,18 @@ True
 TensorShape([2])
 """
 
+from tfp_maf._platform.bijector_cache import GraphLocalChain
 from tfp_maf.bijectors.affine_coupling import AffineCoupling, coupling_partition
 from tfp_maf.bijectors.exp_gamma_batch_norm import ExpGammaBatchNorm, batch_moments
+from tfp_maf.bijectors.fused import FusedBijector
 from tfp_maf.bijectors.masked_autoregressive import MaskedAutoregressive
 from tfp_maf.bijectors.masked_spline import MaskedRationalQuadraticSpline
 
 __all__ = [
     "AffineCoupling",
     "ExpGammaBatchNorm",
+    "FusedBijector",
+    "GraphLocalChain",
     "MaskedAutoregressive",
     "MaskedRationalQuadraticSpline",
     "batch_moments",

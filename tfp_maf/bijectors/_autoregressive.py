@@ -30,8 +30,8 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from tfp_maf import _checks, sampling
-from tfp_maf._tracking import LayerVariables
-from tfp_maf.bijectors._fused import FusedBijector, dtype_of
+from tfp_maf._platform.layer_tracking import LayerVariables
+from tfp_maf.bijectors.fused import FusedBijector, dtype_of
 from tfp_maf.math import broadcast_batch
 
 __all__ = ["MaskedTransform"]
@@ -103,14 +103,14 @@ class MaskedTransform(LayerVariables, FusedBijector):
         if self._event_size is not None:
             _checks.check_event_size(u, self._event_size, self.name)
         # A tfp_maf MADE, unless the graph is for a converter (`tfp_maf.sampling.full_passes`).
-        if hasattr(self._made, "sample_sequentially") and not sampling.full_passes_active():
+        if sampling.can_sample(self._made) and not sampling.full_passes_active():
             return self._mask_aware_forward(u, conditional_input)
         return self._plain_forward(u, conditional_input)
 
     def _mask_aware_forward(self, u, conditional_input):
         """x = f(u) in one MADE pass spread over D steps (see `tfp_maf.sampling`)."""
         key, emit = self._sampling_step()
-        x, log_det = self._made.sample_sequentially(emit, u, conditional_input, key=key)
+        x, log_det = sampling.sample_sequentially(self._made, emit, u, conditional_input, key=key)
         return x, tf.reduce_sum(log_det, axis=-1)
 
     def _plain_forward(self, u, conditional_input=None):

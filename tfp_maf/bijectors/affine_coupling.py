@@ -8,8 +8,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfp_maf import _checks
-from tfp_maf._tracking import LayerVariables
-from tfp_maf.bijectors._fused import FusedBijector, dtype_of
+from tfp_maf._platform.layer_tracking import LayerVariables
+from tfp_maf.bijectors.fused import FusedBijector, dtype_of
 from tfp_maf.math import soft_bound
 
 __all__ = ["AffineCoupling", "coupling_partition"]
@@ -89,7 +89,7 @@ class AffineCoupling(LayerVariables, FusedBijector):
 
     The networks' weights are the bijector's: ``trainable_variables`` of the
     bijector, and of a `tfb.Chain` or `tfd.TransformedDistribution` holding it,
-    lists them (see `tfp_maf._tracking`).
+    lists them (see `tfp_maf._platform.layer_tracking`).
 
     Raises:
       ValueError: at construction, for a bad ``parity`` or ``event_size < 2``;

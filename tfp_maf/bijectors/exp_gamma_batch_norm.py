@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfp_maf.bijectors._fused import FusedBijector
+from tfp_maf.bijectors.fused import FusedBijector
 
 __all__ = ["ExpGammaBatchNorm", "batch_moments"]
 

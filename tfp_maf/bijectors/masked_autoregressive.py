@@ -36,7 +36,7 @@ class MaskedAutoregressive(MaskedTransform):
 
     so `tfd.TransformedDistribution.log_prob` evaluates each MADE once (the
     log-det is stored with TFP's bijector cache by the inverse; see
-    `tfp_maf.bijectors._cache`). The forward direction is exact and sequential:
+    `tfp_maf._platform.bijector_cache`). The forward direction is exact and sequential:
 
         x = 0
         repeat D times:  mu, alpha = made(x, y);  x = u * exp(alpha) + mu
@@ -64,7 +64,7 @@ class MaskedAutoregressive(MaskedTransform):
 
     The MADE's weights are the bijector's: ``trainable_variables`` of the
     bijector, and of a `tfb.Chain` or `tfd.TransformedDistribution` holding it,
-    lists them (see `tfp_maf._tracking`).
+    lists them (see `tfp_maf._platform.layer_tracking`).
 
     Raises:
       ValueError: at construction, if ``made`` has the mixture head

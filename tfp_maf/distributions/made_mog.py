@@ -9,7 +9,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tfp_maf import _checks, sampling
-from tfp_maf._tracking import LayerVariables
+from tfp_maf._platform.layer_tracking import LayerVariables
 
 tfd = tfp.distributions
 
@@ -59,7 +59,7 @@ class MADEMoG(LayerVariables, tfd.Distribution):
     ``[n, K]``. It overrides the one bound at construction.
 
     The MADE's weights are the distribution's: ``trainable_variables`` lists
-    them (see `tfp_maf._tracking`).
+    them (see `tfp_maf._platform.layer_tracking`).
 
     Raises:
       ValueError: at construction, if ``made`` has the Gaussian head
@@ -217,7 +217,7 @@ class MADEMoG(LayerVariables, tfd.Distribution):
             dtype=self.dtype,
         )
         gumbel = -tf.math.log(-tf.math.log(uniform))
-        if hasattr(self._made, "sample_sequentially"):  # a tfp_maf MADE
+        if sampling.can_sample(self._made):  # a tfp_maf MADE
             return self._mask_aware_sample(shape, gumbel, normal, conditional_input)
         return self._plain_sample(shape, gumbel, normal, conditional_input)
 
@@ -254,7 +254,7 @@ class MADEMoG(LayerVariables, tfd.Distribution):
         conditional_input = self._given(conditional_input)
         normal = tf.convert_to_tensor(normal, self.dtype)
         gumbel = tf.convert_to_tensor(gumbel, self.dtype)
-        if hasattr(self._made, "sample_sequentially") and not sampling.full_passes_active():
+        if sampling.can_sample(self._made) and not sampling.full_passes_active():
             return self._mask_aware_sample(tf.shape(normal), gumbel, normal, conditional_input)
         return self._plain_sample(tf.shape(normal), gumbel, normal, conditional_input)
 
@@ -280,5 +280,5 @@ class MADEMoG(LayerVariables, tfd.Distribution):
         C = self._made.num_components
         # `normal` [*shape, D] and `gumbel` [*shape, D, C] have the full batch shape.
         emit = functools.partial(_mixture_step, num_components=C)
-        x, _ = self._made.sample_sequentially(emit, (normal, gumbel), conditional_input, key=("mixture", C))
+        x, _ = sampling.sample_sequentially(self._made, emit, (normal, gumbel), conditional_input, key=("mixture", C))
         return tf.reshape(x, shape)

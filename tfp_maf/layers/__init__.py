@@ -7,9 +7,17 @@
 | `BatchNormState` | a batch norm | `tfp_maf.ExpGammaBatchNorm` (`BatchNormState.bijector`) |
 
 Each creates its weights in ``__init__`` (the sizes are known), saves and loads with
-Keras (``.keras``, ``.weights.h5``) and may sit in any Keras model. `apply_masks`,
-`mask_gradients` and `kernels_as_stored` serve training loops that write the MADEs'
-kernels themselves.
+Keras (``.keras``, ``.weights.h5``) and may sit in any Keras model.
+
+| module | what it holds |
+|---|---|
+| `made` | `MADENetwork`: masks, heads, call and config of a MADE |
+| `masked_dense` | `MaskedDense`, its kernel dense (`DenseKernel`) or in degree blocks (`BlockedKernel`) |
+| `block_layout` | the degree blocks' maths (`BlockLayout`) and how many a kernel gets (`auto_blocks`) |
+| `gradient_masks` | `kernels_as_stored`, `mask_gradients`: masked gradients for loops that write kernels |
+| `coupling`, `batch_norm` | `CouplingNetworks`, `BatchNormState` |
+
+`sublayers` finds the layers inside a layer or model (Keras' own walk is private).
 
 Example:
 
@@ -21,22 +29,35 @@ Example:
 (3, [8])
 """
 
+from tfp_maf._platform.layer_tracking import sublayers
 from tfp_maf.layers.batch_norm import BatchNormState
+from tfp_maf.layers.block_layout import BlockLayout, auto_blocks
 from tfp_maf.layers.coupling import CouplingNetworks
+from tfp_maf.layers.gradient_masks import kernels_as_stored, mask_gradients
 from tfp_maf.layers.made import (
+    CONDITIONAL_INPUT_LAYERS,
+    SCALE_PARAMETERIZATIONS,
     MADENetwork,
-    MaskedDense,
-    apply_masks,
-    kernels_as_stored,
-    mask_gradients,
+    check_conditional_input_layers,
+    check_scale_parameterization,
 )
+from tfp_maf.layers.masked_dense import BlockedKernel, DenseKernel, MaskedDense, apply_masks
 
 __all__ = [
+    "CONDITIONAL_INPUT_LAYERS",
+    "SCALE_PARAMETERIZATIONS",
     "BatchNormState",
+    "BlockLayout",
+    "BlockedKernel",
     "CouplingNetworks",
+    "DenseKernel",
     "MADENetwork",
     "MaskedDense",
     "apply_masks",
+    "auto_blocks",
+    "check_conditional_input_layers",
+    "check_scale_parameterization",
     "kernels_as_stored",
     "mask_gradients",
+    "sublayers",
 ]

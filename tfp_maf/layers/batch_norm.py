@@ -158,13 +158,13 @@ class BatchNormState(keras.layers.Layer):
           ValueError: if either is not of shape ``[D]`` or has non-finite values,
             or a variance is negative.
         """
-        mean, variance = self._checked_statistics(mean, variance)
+        mean, variance = self.checked_statistics(mean, variance)
         self.mean.assign(mean)
         self.variance.assign(variance)
 
-    def _checked_statistics(self, mean, variance):
+    def checked_statistics(self, mean, variance):
         """``(mean, variance)`` as arrays of the variables' dtype, or the ValueError
-        `set_statistics` documents."""
+        `set_statistics` documents; nothing is assigned."""
         mean = np.asarray(mean, dtype=self.variable_dtype)
         variance = np.asarray(variance, dtype=self.variable_dtype)
         for what, value in (("mean", mean), ("variance", variance)):

@@ -45,7 +45,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from tfp_maf._devices import check_device_kind
+from tfp_maf.devices import check_device_kind
 
 __all__ = ["BlockLayout", "auto_blocks", "reorder", "staircase"]
 
@@ -172,7 +172,7 @@ def staircase(mask) -> tuple | None:
 
     ``rank`` orders the inputs by how many units see them (most first), ``seen`` counts
     each unit's inputs: both int32 vectors, so a trace can build the mask from them
-    (`tfp_maf.layers.made.mask_gradients`) instead of carrying it as a constant.
+    (`tfp_maf.layers.mask_gradients`) instead of carrying it as a constant.
     """
     mask = np.asarray(mask) != 0
     seen = mask.sum(0).astype(np.int32)

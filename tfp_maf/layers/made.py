@@ -34,26 +34,21 @@ References:
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import functools
 from collections.abc import Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from tfp_maf import _checks, masks, sampling
-from tfp_maf._devices import check_device_kind
-from tfp_maf._tracking import sublayers
+from tfp_maf import _checks, masks
+from tfp_maf.devices import check_device_kind
 from tfp_maf.layers._seeds import seeded
-from tfp_maf.layers.block_layout import BlockLayout, auto_blocks, reorder, staircase
+from tfp_maf.layers.block_layout import auto_blocks, reorder
+from tfp_maf.layers.masked_dense import MaskedDense, apply_masks
 from tfp_maf.math import broadcast_batch
 
-__all__ = [
-    "MADENetwork", "MaskedDense", "apply_masks", "kernels_as_stored", "mask_gradients",
-    "masked_gradient",
-]
+__all__ = ["CONDITIONAL_INPUT_LAYERS", "SCALE_PARAMETERIZATIONS", "MADENetwork", "check_conditional_input_layers",
+           "check_scale_parameterization"]
 
 #: Where `MADENetwork` feeds the side information ``y`` (TFP's names for the choice).
 CONDITIONAL_INPUT_LAYERS = ("all_layers", "first_layer")
@@ -74,414 +69,6 @@ def check_conditional_input_layers(value: str) -> str:
     if value not in CONDITIONAL_INPUT_LAYERS:
         raise ValueError(f"conditional_input_layers must be one of {CONDITIONAL_INPUT_LAYERS}, got {value!r}.")
     return value
-
-
-_AS_STORED = contextvars.ContextVar("tfp_maf_kernels_as_stored", default=False)
-
-
-def masked_gradient(kernel, mask):
-    """``kernel * mask``: the masked kernel, and ``upstream * mask`` as its gradient.
-
-    The kernel already holds zeros outside the mask, so the product changes no value;
-    it is there for its gradient, in any training loop. (A `tf.custom_gradient` that
-    skipped it registered a gradient function per trace that TF never releases, with
-    the traced graph in it: every model a process traced stayed in memory.)
-
-    Under `kernels_as_stored` the kernel comes back as it is, and a NumPy ``mask`` is
-    never made a tensor: a mask-sized constant that no op reads still sits in the
-    traced graph and in TF's copies of it (an MNIST MAF (5)'s `fit` graph held about
-    250 MiB of them).
-
-    Args:
-      kernel: the kernel, a tensor or variable.
-      mask: its mask, a NumPy array or a tensor of the kernel's shape.
-
-    Returns:
-      ``kernel * mask`` as a tensor, or ``kernel`` itself under `kernels_as_stored`.
-
-    Example:
-
-    >>> import numpy as np
-    >>> kernel = tf.constant([[1.0, 0.0], [2.0, 3.0]])
-    >>> masked_gradient(kernel, np.array([[1, 0], [1, 1]])).numpy()
-    array([[1., 0.],
-           [2., 3.]], dtype=float32)
-    """
-    if _AS_STORED.get():
-        return kernel
-    if isinstance(mask, np.ndarray):
-        mask = _mask_tensor(mask, kernel.dtype)
-    return kernel * mask
-
-
-@contextlib.contextmanager
-def kernels_as_stored():
-    """Inside it (eagerly, or while a function is traced), `MaskedDense` layers read
-    their kernels as stored, without the ``kernel * mask`` product (`masked_gradient`)
-    that masks their gradients: the caller masks them itself (`mask_gradients`), or
-    takes none.
-
-    The values are the same (the kernels hold zeros outside their masks), and so are the
-    masked gradients, with one pass over every kernel fewer: the product is a pass of
-    its own before each matmul, where the mask applied after the tape fuses (under XLA)
-    into the optimizer's update, which reads the gradient anyway (config A at batch
-    100: about a tenth of a `fit` step, ``benchmarks/README.md``). `DensityModel`'s
-    train, test and predict steps work this way; any other loop keeps the product and
-    needs nothing.
-
-    Example (a step of a hand-written loop, as `fit` takes it):
-
-    >>> import numpy as np
-    >>> made = MADENetwork(3, hidden_units=[8], output_kernel_initializer="glorot_uniform", seed=0)
-    >>> x = np.ones((4, 3), np.float32)
-    >>> with tf.GradientTape() as tape, kernels_as_stored():
-    ...     loss = tf.reduce_sum(made(x)[0] ** 2)
-    >>> variables = made.trainable_variables
-    >>> grads = mask_gradients(made, tape.gradient(loss, variables), variables)
-    >>> outside = 1 - made.hidden_layers[0].mask
-    >>> float(tf.reduce_max(tf.abs(grads[0] * outside)))  # hidden_0's kernel
-    0.0
-    """
-    token = _AS_STORED.set(True)
-    try:
-        yield
-    finally:
-        _AS_STORED.reset(token)
-
-
-def mask_gradients(layer, gradients, variables) -> list:
-    """``gradients`` of ``variables`` with the gradient of every `MaskedDense` kernel in
-    ``layer`` (a layer or model, itself included) multiplied by its mask: what
-    `kernels_as_stored` leaves to the caller. Other gradients, and None, pass as
-    they are.
-
-    Args:
-      layer: a Keras layer or model; every `MaskedDense` in it (itself included)
-        is found.
-      gradients: one gradient (a tensor or None) per variable, as
-        `tf.GradientTape.gradient` returns them.
-      variables: the variables, in the order of ``gradients``.
-
-    Returns:
-      A list of ``len(variables)`` gradients.
-
-    Raises:
-      ValueError: if ``gradients`` and ``variables`` differ in length.
-
-    See `kernels_as_stored` for an example.
-    """
-    masks = {id(v): m for sub in sublayers(layer) if isinstance(sub, MaskedDense)
-             for v, m in sub.kernel_masks()}
-    return [g if g is None or id(v) not in masks else g * _mask_tensor(masks[id(v)], g.dtype)
-            for g, v in zip(gradients, variables, strict=True)]
-
-
-def _mask_tensor(mask, dtype) -> tf.Tensor:
-    """``mask`` as a tensor, built from two short vectors where its supports are nested
-    (every MADE mask and every block of one): ``mask[i, j] = rank[i] < seen[j]``.
-
-    A NumPy mask in a trace is a constant copied into the graph, and TF's copies of the
-    graph each carry it: an MNIST MAF (5) held 4.4 GB after compiling its `fit` step
-    with the gradients' and the constraints' masks as constants, 2.7 GB with them built
-    so. Under XLA the comparison fuses into the optimizer's update.
-    """
-    ranks = staircase(mask)
-    if ranks is None:
-        return tf.constant(mask, dtype)
-    rank, seen = ranks
-    # Shaped in NumPy: indexing the tensors would add a slice and its three constants each.
-    return tf.cast(tf.constant(rank[:, None]) < tf.constant(seen[None, :]), dtype)
-
-
-class _MaskConstraint(keras.constraints.Constraint):
-    """Projects a kernel onto its mask: the one projection behind the initializer,
-    the step after every optimizer update (Keras applies constraints there) and
-    `MaskedDense.apply_mask`."""
-
-    def __init__(self, mask):
-        self.mask = mask
-
-    def __call__(self, w):
-        if tf.inside_function():  # a traced step: no mask-sized constant in the graph
-            return w * _mask_tensor(self.mask, w.dtype)
-        return w * keras.ops.cast(self.mask, w.dtype)
-
-
-class _MaskedInitializer(keras.initializers.Initializer):
-    """``initializer(shape)`` projected onto the mask: the same effective weights as
-    masking on each call."""
-
-    def __init__(self, initializer, projection: _MaskConstraint):
-        self.initializer, self.projection = initializer, projection
-
-    def __call__(self, shape, dtype=None):
-        return self.projection(self.initializer(shape, dtype=dtype))
-
-
-def apply_masks(layer) -> None:
-    """Zeros the kernel entries outside the mask in every `MaskedDense` of ``layer``.
-
-    Needed only after writing a kernel variable directly (``kernel.assign``);
-    training, `set_weights` and loading keep the zeros themselves.
-
-    Args:
-      layer: a Keras layer or model (a `MaskedDense`, a `MADENetwork`, a
-        `keras_models` model, ...); every `MaskedDense` in it, itself included,
-        is projected onto its mask.
-
-    Example:
-
-    >>> import numpy as np
-    >>> layer = MaskedDense(2, mask=[[1., 0.], [1., 1.]])
-    >>> _ = layer.kernel.assign(np.ones((2, 2)))  # writes the masked-out entry too
-    >>> apply_masks(layer)
-    >>> layer.kernel.numpy()
-    array([[1., 0.],
-           [1., 1.]], dtype=float32)
-    """
-    for sublayer in sublayers(layer):
-        if isinstance(sublayer, MaskedDense):
-            sublayer.apply_mask()
-
-
-@keras.saving.register_keras_serializable(package="tfp_maf")
-class MaskedDense(keras.layers.Layer):
-    """Dense layer whose kernel is zero outside a fixed binary mask.
-
-    ``outputs = activation(inputs @ (kernel * mask) + bias)``. The mask is a
-    constant of the layer, not a weight: the autoregressive structure must
-    never be trained away.
-
-    The kernel variable itself holds ``kernel * mask``, so a call reads it as
-    is instead of multiplying by the mask again: that product on every call was
-    a third of the time of a small-batch ``log_prob`` of a MAF (5) of
-    2 x 512 units, and 4% of it at 10,000 rows. The zeros are kept by every path
-    that writes the kernel:
-
-    - the initializer draws ``initializer(shape) * mask``;
-    - the gradient of a call is masked (`masked_gradient`; a `fit` step masks
-      it after the tape instead, `kernels_as_stored`), so no optimizer state
-      sees the entries outside the mask, and a constraint projects the kernel
-      back onto the mask after every optimizer step, for optimizers that mix
-      entries;
-    - `set_weights` (here, on `MADENetwork` and on the `keras_models` models)
-      and loading (`.keras`, `.weights.h5`) project what they write, so weights
-      with values outside the mask load as the same network.
-
-    Assigning the variable directly (``layer.kernel.assign(w)``) writes ``w``
-    as given: follow it with `apply_masks`. (TFP's own MADE makes the same
-    contract, with a masked initializer and constraint.)
-
-    With ``blocks > 1`` and a MADE mask (nested supports), the kernel is stored in
-    degree blocks instead (`tfp_maf.layers.block_layout`): ``kernel_blocks``, one
-    variable per block, without the zeros right of the mask's staircase, so the
-    matmuls and the optimizer skip them. `masked_kernel` still gives the dense
-    kernel, and files hold it dense (``"0"``, then the bias), so saved weights load
-    into either storage. `call` takes and gives the units in their own order;
-    `call_in_order` keeps them in the blocks' order, as a MADE chains its layers.
-
-    Args:
-      units: number of outputs.
-      mask: array ``[fan_in, units]`` of zeros and ones. The layer is built at
-        construction: ``fan_in`` comes from the mask.
-      activation: a Keras activation name or callable.
-      use_bias: whether to add a bias.
-      kernel_initializer: as in `keras.layers.Dense`; what it draws is projected
-        onto the mask.
-      bias_initializer: as in `keras.layers.Dense`.
-      kernel_regularizer: as in `keras.layers.Dense`.
-      blocks: column groups of the degree-block storage; 1 stores the kernel dense.
-        A mask that is not a MADE mask is stored dense whatever the value.
-      **kwargs: Keras' layer arguments (``name``, ``dtype``, ...).
-
-    Raises:
-      ValueError: if ``mask`` is not a matrix with ``units`` columns.
-
-    Example:
-
-    >>> import numpy as np
-    >>> layer = MaskedDense(2, mask=[[1., 0.], [1., 1.]], kernel_initializer="ones")
-    >>> layer.kernel.numpy()  # zero where the mask is
-    array([[1., 0.],
-           [1., 1.]], dtype=float32)
-    >>> layer(np.array([[2., 3.]], np.float32)).numpy()  # output 0 sees input 0 only
-    array([[5., 3.]], dtype=float32)
-    """
-
-    def __init__(
-        self,
-        units: int,
-        mask,
-        activation=None,
-        use_bias: bool = True,
-        kernel_initializer="glorot_uniform",
-        bias_initializer="zeros",
-        kernel_regularizer=None,
-        blocks: int = 1,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        self.units = int(units)
-        self.mask = np.asarray(mask, dtype=np.float32)
-        if self.mask.ndim != 2 or self.mask.shape[1] != self.units:
-            raise ValueError(
-                f"mask must have shape [fan_in, {self.units}], got {self.mask.shape}."
-            )
-        self.activation = keras.activations.get(activation)
-        self.use_bias = use_bias
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.blocks = int(blocks)
-        self.layout = BlockLayout.of(self.mask, self.blocks) if self.blocks > 1 else None
-        projection = _MaskConstraint(self.mask)
-        initializer = _MaskedInitializer(self.kernel_initializer, projection)
-        if self.layout is None:
-            self.kernel = self.add_weight(
-                name="kernel",
-                shape=self.mask.shape,
-                initializer=initializer,
-                regularizer=self.kernel_regularizer,
-                constraint=projection,
-            )
-        else:
-            self.kernel_blocks = self._add_blocks(initializer)
-        self.bias = (
-            self.add_weight(name="bias", shape=(self.units,), initializer=self.bias_initializer)
-            if use_bias
-            else None
-        )
-        self.built = True
-
-    def _add_blocks(self, initializer) -> list:
-        """One variable per degree block (None for a block of no rows), drawn as
-        slices of one dense draw: the initializer sees the dense kernel's fans."""
-        initial = self.layout.split(keras.ops.convert_to_numpy(initializer(self.mask.shape, self.variable_dtype)))
-        blocks = []
-        for g, (value, mask) in enumerate(zip(initial, self.layout.block_masks, strict=True)):
-            blocks.append(None if mask.shape[0] == 0 else self.add_weight(
-                name=f"kernel_block_{g}",
-                shape=mask.shape,
-                initializer=lambda shape, dtype=None, value=value: keras.ops.cast(value, dtype),
-                regularizer=self.kernel_regularizer,
-                constraint=_MaskConstraint(mask),
-            ))
-        return blocks
-
-    def _masked_blocks(self) -> list:
-        """The blocks as tensors, gradients masked where a block holds zeros."""
-        masked = []
-        for block, mask in zip(self.kernel_blocks, self.layout.block_masks, strict=True):
-            if block is not None:
-                block = tf.convert_to_tensor(block)
-                if not mask.all():
-                    block = masked_gradient(block, mask)
-            masked.append(block)
-        return masked
-
-    def masked_kernel(self) -> tf.Tensor:
-        """The dense kernel, which holds zeros outside the mask, with its gradient masked."""
-        if self.layout is not None:
-            return self.layout.merge(self._masked_blocks())
-        kernel = tf.convert_to_tensor(self.kernel)
-        return masked_gradient(kernel, self.mask)
-
-    def _kernel_variables(self) -> list:
-        return [self.kernel] if self.layout is None else [b for b in self.kernel_blocks if b is not None]
-
-    def kernel_masks(self) -> list:
-        """``(variable, mask)`` for every kernel variable whose gradient the mask must
-        cover (a block inside the staircase has none): what `mask_gradients` applies."""
-        if self.layout is None:
-            return [(self.kernel, self.mask)]
-        return [(b, m) for b, m in zip(self.kernel_blocks, self.layout.block_masks, strict=True)
-                if b is not None and not m.all()]
-
-    def apply_mask(self) -> None:
-        """Sets the kernel's entries outside the mask to zero (after a direct assign)."""
-        for kernel in self._kernel_variables():
-            kernel.assign(kernel.constraint(kernel))
-
-    def set_weights(self, weights):
-        super().set_weights(weights)
-        self.apply_mask()
-
-    def save_own_variables(self, store):
-        """The kernel dense, whatever the storage: files load into either."""
-        if self.layout is None:
-            return super().save_own_variables(store)
-        store["0"] = self.layout.merge([None if b is None else b.numpy() for b in self.kernel_blocks])
-        if self.bias is not None:
-            store["1"] = self.bias.numpy()
-
-    def load_own_variables(self, store):
-        if self.layout is None:
-            super().load_own_variables(store)
-        else:
-            expected = 2 if self.bias is not None else 1
-            kernel = np.asarray(store["0"]) if "0" in store else None
-            if len(store.keys()) != expected or kernel is None or kernel.shape != self.mask.shape:
-                raise ValueError(
-                    f"Layer '{self.name}' expected a kernel of shape {self.mask.shape}"
-                    f"{' and a bias' if self.bias is not None else ''}; the file holds "
-                    f"{[tuple(np.shape(store[k])) for k in store.keys()]}."
-                )
-            for block, value in zip(self.kernel_blocks, self.layout.split(kernel), strict=True):
-                if block is not None:
-                    block.assign(value)
-            if self.bias is not None:
-                self.bias.assign(store["1"])
-        self.apply_mask()
-
-    def call(self, inputs, addend=None):
-        """``activation(inputs @ kernel + addend + bias)``; ``addend`` (a conditional
-        MADE's ``y @ V``) is added before the bias: TF's oneDNN graph rewrite turns
-        MatMul + BiasAdd + Add + Relu into a node without an op (it logs errors on
-        every trace and runs the graph unoptimised), MatMul + Add + BiasAdd it leaves."""
-        if self.layout is None:
-            outputs = tf.matmul(inputs, self.masked_kernel())
-        else:
-            outputs = self.layout.matmul(inputs, self._masked_blocks())
-        return self._finish(outputs, addend, self.bias)
-
-    @property
-    def output_order(self):
-        """The order in which `call_in_order` gives the units: the blocks' column order,
-        or None (the units' own order) for a dense kernel."""
-        return None if self.layout is None else self.layout.cols
-
-    def call_in_order(self, inputs, order, addend=None):
-        """`call` on inputs whose last axis holds this layer's input units in ``order``
-        (None: their own order); returns ``(outputs, output_order)``, ``addend`` given in
-        `output_order`. A MADE chains its layers this way, so that its hidden units go
-        from one blocked layer to the next without a gather (`block_layout.reorder`)."""
-        if self.layout is None:
-            return self.call(reorder(inputs, order, None), addend), None
-        outputs = self.layout.sorted_matmul(reorder(inputs, order, self.layout.rows), self._masked_blocks())
-        bias = None if self.bias is None else reorder(tf.convert_to_tensor(self.bias), None, self.layout.cols)
-        return self._finish(outputs, addend, bias), self.layout.cols
-
-    def _finish(self, outputs, addend, bias):
-        if addend is not None:
-            outputs = outputs + addend
-        if bias is not None:
-            # BiasAdd (not AddV2), so that grappler fuses MatMul + BiasAdd (+ Relu).
-            outputs = tf.nn.bias_add(outputs, bias)
-        return self.activation(outputs)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            units=self.units,
-            mask=self.mask.astype(int).tolist(),
-            activation=keras.activations.serialize(self.activation),
-            use_bias=self.use_bias,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
-            kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
-            blocks=self.blocks,
-        )
-        return config
 
 
 @keras.saving.register_keras_serializable(package="tfp_maf")
@@ -544,8 +131,8 @@ class MADENetwork(keras.layers.Layer):
       **kwargs: Keras' layer arguments (``name``, ``dtype``, ...).
 
     Attributes:
-      sampling_tuning: how `sample_sequentially` schedules its pass
-        (`tfp_maf.sampling.Tuning`: block size, chunk rows, parts); the default chooses
+      sampling_tuning: None, or how `tfp_maf.sampling.sample_sequentially` schedules its
+        pass (`tfp_maf.sampling.Tuning`: block size, chunk rows, parts); None chooses
         from the sizes. Not saved with the model: it changes no value.
       input_degrees: int array ``[D]``, each variable's 1-based position in the order.
       degrees: one int array of degrees per hidden layer (`tfp_maf.masks`).
@@ -672,10 +259,10 @@ class MADENetwork(keras.layers.Layer):
             MaskedDense(
                 units,
                 mask,
+                blocks=self._blocks(mask),
                 activation=None,  # applied after adding the y projection
                 kernel_initializer=seeded(self.kernel_initializer, seed, i),
                 kernel_regularizer=self.kernel_regularizer,
-                blocks=self._blocks(mask),
                 dtype=self.dtype_policy,
                 name=f"hidden_{i}",
             )
@@ -687,10 +274,10 @@ class MADENetwork(keras.layers.Layer):
         self.output_layer = MaskedDense(
             D * self.params_per_dim,
             output_mask,
+            blocks=self._blocks(output_mask),
             kernel_initializer=seeded(output_kernel_initializer, seed, 1000),
             bias_initializer=seeded(self.output_bias_initializer, seed, 1001),
             kernel_regularizer=self.kernel_regularizer,
-            blocks=self._blocks(output_mask),
             dtype=self.dtype_policy,
             name="output",
         )
@@ -710,7 +297,7 @@ class MADENetwork(keras.layers.Layer):
                 )
                 for i, w in enumerate(widths)
             ]
-        self.sampling_tuning = sampling.Tuning()
+        self.sampling_tuning = None
         self._output_factors = self._scale_output_factors()
         self.built = True
 
@@ -725,8 +312,10 @@ class MADENetwork(keras.layers.Layer):
         factors[P - scales:] = -0.5
         return np.tile(factors, self.event_size)  # output unit d * P + p (the mask's repeat)
 
-    def _to_scale_outputs(self, t):
-        """``t`` ``[..., D * P]`` in output units' order, the scale outputs turned into log-scales."""
+    def to_scale_outputs(self, t):
+        """``t`` ``[..., D * P]`` in output units' order, the scale outputs turned into
+        log-scales (a log-precision head's ``r`` into ``-r / 2``); ``t`` itself for a
+        log-scale head. The output layer's weights give raw outputs; this reads them."""
         if self._output_factors is None:
             return t
         return t * tf.constant(self._output_factors, t.dtype)
@@ -741,15 +330,11 @@ class MADENetwork(keras.layers.Layer):
         super().set_weights(weights)
         apply_masks(self)  # the kernels hold zeros outside their masks (`MaskedDense`)
 
-    @functools.cached_property
-    def sequential_plan(self) -> sampling.SequentialPlan:
-        """Degree bookkeeping for exact one-pass sequential sampling (`tfp_maf.sampling`)."""
-        return sampling.SequentialPlan(self.input_degrees, self.degrees)
-
     # -- the network ---------------------------------------------------------
 
-    def _flatten(self, x, conditional_input):
-        """Broadcasts x against y and flattens the batch to one axis."""
+    def flat_inputs(self, x, conditional_input=None):
+        """``(x2d, y2d, batch_shape)``: ``x`` checked, broadcast against ``y`` and its batch
+        flattened to one axis (``y2d`` None without ``y``), as `flat_params` reads them."""
         x = tf.convert_to_tensor(x, dtype=self.compute_dtype)
         _checks.check_event_size(x, self.event_size, "MADE")
         _checks.check_conditional_input(conditional_input, self.conditional_dims, "MADE")
@@ -758,58 +343,6 @@ class MADENetwork(keras.layers.Layer):
             x, y = broadcast_batch(x, tf.cast(conditional_input, self.compute_dtype))
             y = tf.reshape(y, [-1, self.conditional_dims])
         return tf.reshape(x, [-1, self.event_size]), y, tf.shape(x)[:-1]
-
-    def sample_sequentially(self, emit, noise, conditional_input=None, key=None):
-        """Sets the D variables in order, in one pass of the network spread over D steps.
-
-        The exact autoregressive recursion x_i = emit(outputs(x_<i), noise_i) at about
-        the cost of one forward pass (`tfp_maf.sampling`), scheduled by
-        ``self.sampling_tuning``.
-
-        Args:
-          emit: ``emit(params, t, noise_rows) -> (value, extra)``: ``params`` ``[P, B]``
-            are the outputs for the variable of degree t + 1, ``noise_rows`` the noise
-            with the step first (``[D, B, ...]`` per tensor); returns its value ``[B]``
-            and one more ``[B]`` quantity to keep (a log-scale, say).
-          noise: ``[..., D]``, or a tuple whose first tensor is ``[..., D]`` and whose
-            others have that batch shape and D after it (``[..., D, C]``, say). The
-            first is broadcast against ``conditional_input``'s batch.
-          conditional_input: ``y`` ``[..., K]``, or None.
-          key: hashable, naming ``emit``: the loop is compiled once per key and reused.
-
-        Returns:
-          ``(x, extra)``, both ``[*batch, D]`` in the variables' own order.
-        """
-        flat = tf.nest.flatten(noise)
-        first, y2d, batch_shape = self._flatten(flat[0], conditional_input)
-        var_at = self.sequential_plan.var_at
-        batch_rank = flat[0].shape.rank - 1
-
-        def rows(t, batch_rank):  # [*batch, D, ...] -> [D, B, ...], variables in degree order
-            t = tf.reshape(t, tf.concat([[-1], tf.shape(t)[batch_rank:]], 0))
-            t = tf.gather(tf.cast(t, self.compute_dtype), var_at, axis=1)
-            return tf.transpose(t, [1, 0, *range(2, t.shape.rank)])
-
-        # `first` is flat already ([B, D]); the others keep their batch shape.
-        noise_rows = tf.nest.pack_sequence_as(
-            noise, [rows(first, 1), *[rows(t, batch_rank) for t in flat[1:]]]
-        )
-        x, extra = sampling.sequential_pass(sampling.Structure.of(self), self.sampling_weights(), emit,
-                                            noise_rows, y2d, key=key, tuning=self.sampling_tuning)
-        shape = tf.concat([batch_shape, [self.event_size]], 0)
-        return tf.reshape(x, shape), tf.reshape(extra, shape)
-
-    def sampling_weights(self) -> dict:
-        """The weights as tensors, masks applied, in the structure `tfp_maf.sampling` reads."""
-        conditional = [tf.convert_to_tensor(v) for v in self.conditional_kernels]
-        if conditional and not self.hidden_layers:  # y feeds the output: its kernel gives outputs too
-            conditional = [self._to_scale_outputs(conditional[0])]
-        return {
-            "hidden": [(layer.masked_kernel(), tf.convert_to_tensor(layer.bias)) for layer in self.hidden_layers],
-            "output": (self._to_scale_outputs(self.output_layer.masked_kernel()),
-                       self._to_scale_outputs(tf.convert_to_tensor(self.output_layer.bias))),
-            "conditional": conditional,
-        }
 
     def conditional_terms(self, y):
         """``y @ V_l`` for every layer that y feeds, its units in the order the layer
@@ -834,10 +367,10 @@ class MADENetwork(keras.layers.Layer):
             h, order = layer.call_in_order(h, order, addend=y_term)
             h = self.activation(h)
         out, order = self.output_layer.call_in_order(h, order, addend=None if self.hidden_layers else y_terms[0])
-        return self._to_scale_outputs(reorder(out, order, None))
+        return self.to_scale_outputs(reorder(out, order, None))
 
     def call(self, x, conditional_input=None):
-        x2d, y, batch_shape = self._flatten(x, conditional_input)
+        x2d, y, batch_shape = self.flat_inputs(x, conditional_input)
         out = self.flat_params(x2d, self.conditional_terms(y))
         return self.split_params(out, batch_shape)
 

@@ -12,14 +12,15 @@ becomes final: about the work of one forward pass, spread over D steps.
 | module | what it holds |
 |---|---|
 | `plan` | what the engine reads of a MADE (`Structure`, `SequentialPlan`), its knobs (`Tuning`), |
-|  | their resolution (`Schedule`) and the tables of the loops (`BlockLayout`) |
+|  | their resolution (`Schedule`) and the tables of the loops (`LoopTables`) |
 | `layout` | the weights laid out as the loops read them |
 | `loops` | the D-step loops, step by step and in blocks of degrees |
 | `runner` | `sequential_pass`: the compiled loops, shared per structure, over batches of any size |
+| `made` | what the engine reads of a `tfp_maf.layers.MADENetwork`, and `sample_sequentially` |
 | `full_passes` | the textbook loop instead, for graphs that leave TensorFlow (ONNX, LiteRT) |
 
-The one user of the engine is `tfp_maf.layers.MADENetwork.sample_sequentially`; the bijectors
-and distributions call that.
+The bijectors and distributions call `sample_sequentially`; the layers never import the
+engine.
 
 Example: the forward pass of a `tfp_maf.MaskedAutoregressive` gives what the textbook
 loop of D full passes gives (the engine's schedule is set per MADE, `Tuning`):
@@ -40,8 +41,9 @@ True
 """
 
 from tfp_maf.sampling.full_passes import full_passes, full_passes_active
+from tfp_maf.sampling.made import can_sample, sample_sequentially, weights_of
 from tfp_maf.sampling.plan import Schedule, SequentialPlan, Structure, Tuning
 from tfp_maf.sampling.runner import compiled_programs, sequential_pass, without_gradients
 
-__all__ = ["Schedule", "SequentialPlan", "Structure", "Tuning", "compiled_programs", "full_passes",
-           "full_passes_active", "sequential_pass", "without_gradients"]
+__all__ = ["Schedule", "SequentialPlan", "Structure", "Tuning", "can_sample", "compiled_programs", "full_passes",
+           "full_passes_active", "sample_sequentially", "sequential_pass", "weights_of", "without_gradients"]

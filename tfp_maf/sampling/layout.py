@@ -3,7 +3,7 @@
 The state is stored transposed (units x batch) with units sorted by degree, so that
 the units a step or block sets are one contiguous slice of rows. So each kernel is
 transposed to ``[fan_out, fan_in]``, its rows and columns sorted by degree and
-zero-padded to the `BlockLayout`'s rows (padded columns meet padded state rows, and
+zero-padded to the `LoopTables`'s rows (padded columns meet padded state rows, and
 add nothing).
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfp_maf.sampling.plan import BlockLayout, Structure
+from tfp_maf.sampling.plan import LoopTables, Structure
 
 __all__ = ["conditional_terms", "lay_out"]
 
 
-def lay_out(structure: Structure, layout: BlockLayout, weights: dict, dtype) -> dict:
+def lay_out(structure: Structure, layout: LoopTables, weights: dict, dtype) -> dict:
     """The weights (``{"hidden": [(kernel, bias)], "output": (kernel, bias),
     "conditional": [V_l]}``, masks applied) in the loop's layout."""
     plan, rows, L = structure.plan, layout.rows, len(structure.hidden_units)

@@ -17,12 +17,12 @@ import numpy as np
 import tensorflow as tf
 
 from tfp_maf.sampling.layout import conditional_terms
-from tfp_maf.sampling.plan import BlockLayout, Structure
+from tfp_maf.sampling.plan import LoopTables, Structure
 
 __all__ = ["blocked_loop", "run_loop", "stepwise_loop"]
 
 
-def run_loop(structure: Structure, layout: BlockLayout, emit, noise, conditional_input, prepared):
+def run_loop(structure: Structure, layout: LoopTables, emit, noise, conditional_input, prepared):
     """``(x, extra)`` ``[B, D]`` in the variables' order: `stepwise_loop` for blocks of
     one step, else `blocked_loop`."""
     loop = stepwise_loop if layout.S == 1 else blocked_loop
@@ -36,7 +36,7 @@ def _in_variable_order(structure: Structure, x_rows, extra_rows):
             tf.gather(tf.transpose(extra_rows[:D]), inverse_order, axis=1))
 
 
-def stepwise_loop(structure: Structure, layout: BlockLayout, emit, noise, conditional_input, prepared):
+def stepwise_loop(structure: Structure, layout: LoopTables, emit, noise, conditional_input, prepared):
     """One step a degree. At step t: the outputs of the variable of degree t + 1, from
     the whole last layer (the masks read only its final units), then that variable; then
     in each layer the window of units from the first of degree t + 1, from the whole
@@ -84,7 +84,7 @@ def stepwise_loop(structure: Structure, layout: BlockLayout, emit, noise, condit
     return _in_variable_order(structure, x_t, extra_t.stack())
 
 
-def blocked_loop(structure: Structure, layout: BlockLayout, emit, noise, conditional_input, prepared):
+def blocked_loop(structure: Structure, layout: LoopTables, emit, noise, conditional_input, prepared):
     """The D steps in blocks of S consecutive degrees.
 
     Invariant at the start of a block (steps s ... s + S - 1): the state holds every

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
-from tfp_maf import _devices
+from tfp_maf import devices
 
-__all__ = ["BlockLayout", "Schedule", "SequentialPlan", "Structure", "Tuning"]
+__all__ = ["LoopTables", "Schedule", "SequentialPlan", "Structure", "Tuning"]
 
 
 class SequentialPlan:
@@ -32,6 +33,14 @@ class SequentialPlan:
     ([1, 0, 2], [0, 2, 1, 3], [0, 2, 4, 4])
     """
 
+    @classmethod
+    def of(cls, made) -> SequentialPlan:
+        """The plan of a `tfp_maf.layers.MADENetwork`, made once per network."""
+        plan = _PLANS.get(made)
+        if plan is None:
+            plan = _PLANS[made] = cls(made.input_degrees, made.degrees)
+        return plan
+
     def __init__(self, input_degrees: np.ndarray, hidden_degrees: list[np.ndarray]):
         self.event_size = D = len(input_degrees)
         self.var_at = np.argsort(input_degrees, kind="stable")
@@ -43,6 +52,10 @@ class SequentialPlan:
         # What two plans compare by (`Structure.key`): computed once, read at every pass.
         arrays = [self.var_at, *self.unit_order, *self.offsets]
         self.fingerprint = b"|".join(np.ascontiguousarray(a, np.int64).tobytes() for a in arrays)
+
+
+# A network's degrees never change: its plan is kept while the network lives.
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class Structure(NamedTuple):
@@ -61,7 +74,7 @@ class Structure(NamedTuple):
     def of(cls, made) -> Structure:
         """The structure of a `tfp_maf.layers.MADENetwork` (or anything with its attributes)."""
         return cls(made.event_size, tuple(made.hidden_units), made.params_per_dim,
-                   made.activation, made.conditional_dims, made.sequential_plan)
+                   made.activation, made.conditional_dims, SequentialPlan.of(made))
 
     def key(self) -> tuple:
         return (self.event_size, self.hidden_units, self.params_per_dim, self.activation,
@@ -163,7 +176,7 @@ class Schedule(NamedTuple):
         """
         if self.parts is not None:
             parts = self.parts
-        elif _devices.device_kind() == "gpu":
+        elif devices.device_kind() == "gpu":
             return 1
         else:
             # The cores this process may run on (a container or taskset may allow fewer).
@@ -175,7 +188,7 @@ class Schedule(NamedTuple):
         return parts
 
 
-class BlockLayout:
+class LoopTables:
     """Static (NumPy) tables of the loop for a structure and a block size S (1: step by step).
 
     Rows of the state: the variables (padded to ``n_blocks * S``), then for each layer

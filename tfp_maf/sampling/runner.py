@@ -25,10 +25,10 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from tfp_maf._graph_memory import traced_on_purpose
+from tfp_maf._platform.graph_memory import traced_on_purpose
 from tfp_maf.sampling.layout import lay_out
 from tfp_maf.sampling.loops import run_loop
-from tfp_maf.sampling.plan import BlockLayout, Schedule, Structure, Tuning
+from tfp_maf.sampling.plan import LoopTables, Schedule, Structure, Tuning
 
 __all__ = ["compiled_programs", "sequential_pass", "without_gradients"]
 
@@ -62,7 +62,7 @@ def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, 
     Args:
       structure: the MADE's `Structure`.
       weights: ``{"hidden": [(kernel, bias)], "output": (kernel, bias), "conditional":
-        [V_l]}``, tensors with the masks applied (`tfp_maf.layers.MADENetwork.sampling_weights`).
+        [V_l]}``, tensors with the masks applied (`tfp_maf.sampling.weights_of`).
       emit: ``emit(params, t, noise) -> (value, extra)``: ``params`` are the raw outputs
         of the variable of degree t + 1, shape ``[P, B]`` (P outputs per variable, in the
         MADE's layout); returns its value ``[B]`` and one more ``[B]`` quantity to keep
@@ -79,7 +79,7 @@ def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, 
     """
     schedule = Schedule.of(structure, tuning or Tuning())
     if key is None:
-        layout = BlockLayout(structure, schedule.block_steps)
+        layout = LoopTables(structure, schedule.block_steps)
         prepared = lay_out(structure, layout, weights, tf.nest.flatten(noise)[0].dtype)
         return run_loop(structure, layout, emit, noise, conditional_input, prepared)
     compiled = _compiled(structure, schedule, emit, key).outer
@@ -128,7 +128,7 @@ def _compiled(structure: Structure, schedule: Schedule, emit: Callable, key) -> 
     """The shared compiled sampler of ``structure``, ``schedule`` and ``emit`` (made once)."""
     full_key = (structure.key(), key, schedule)
     if full_key not in _COMPILED:
-        layout = BlockLayout(structure, schedule.block_steps)
+        layout = LoopTables(structure, schedule.block_steps)
         loops = {
             chunk: traced_on_purpose(
                 lambda noise, y, prepared: run_loop(structure, layout, emit, noise, y, prepared),

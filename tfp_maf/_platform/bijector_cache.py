@@ -30,7 +30,7 @@ bijectors keep theirs where TFP does. Lookups behave as TFP's: entries made anyw
 within one `tf.function` trace (nested loop and branch graphs included) are found
 anywhere within it; traces never share symbolic tensors.
 
-TFP's cache classes are private (`tfp_maf._compat.cache_util`); without them our
+TFP's cache classes are private (`tfp_maf._platform.compat.cache_util`); without them our
 bijectors use TFP's default cache, and `log_prob` runs each network twice.
 """
 
@@ -40,7 +40,7 @@ import weakref
 
 import tensorflow as tf
 
-from tfp_maf._compat import NonCompositeChain, cache_util, outermost_graph
+from tfp_maf._platform.compat import NonCompositeChain, cache_util, outermost_graph
 
 __all__ = ["GRAPH_LOCAL", "GraphLocalChain", "greedy_graph_only_cache"]
 

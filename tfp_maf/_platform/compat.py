@@ -40,13 +40,13 @@ __all__ = [
 # Why: `cache_util.BijectorCacheWithGreedyAttrs` (the mechanism of TFP's FFJORD) stores
 # the log-det that a pass computes beside its value, so `log_prob` runs each MADE once;
 # and `cache_util.BijectorCache(storage=...)` gives our chains a cache whose entries
-# die with their graph (`tfp_maf.bijectors._cache`). TFP has no public cache API.
+# die with their graph (`tfp_maf._platform.bijector_cache`). TFP has no public cache API.
 # Fallback (None): TFP's default cache; `log_prob` then runs each network twice, and a
 # model's traced graphs are kept by TFP's process-wide cache after the model is deleted.
 try:
     from tensorflow_probability.python.internal import cache_util
 
-    # `tfp_maf.bijectors._cache` subclasses the greedy cache and overrides these methods.
+    # `tfp_maf._platform.bijector_cache` subclasses the greedy cache and overrides these methods.
     if not (all(hasattr(cache_util, name) for name in ("BijectorCache", "BijectorCacheWithGreedyAttrs",
                                                        "EphemeralDict"))
             and all(hasattr(cache_util.BijectorCacheWithGreedyAttrs, name)
@@ -134,7 +134,7 @@ def python_function(function):
 # Why: a model whose MADE kernels are stored otherwise than a file's (degree blocks on
 # a CPU, dense on a GPU) loads the layers' weights through Keras' public API, but Keras
 # skips the optimizer state whose variables' shapes differ, and a resumed run would
-# restart Adam. `keras_models._kernel_layout` rearranges that state, which Keras keeps
+# restart Adam. `keras_models.kernel_storage` rearranges that state, which Keras keeps
 # in the group ``optimizer/vars`` (one dataset per variable, named by its index) of
 # ``.weights.h5`` (``model.weights.h5`` inside a ``.keras`` archive), and whose slot
 # variables Keras names ``<variable path, "/" as "_">_<slot>``. Keras documents

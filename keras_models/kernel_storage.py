@@ -14,7 +14,7 @@ the whole optimizer state with a warning, and a resumed run would restart Adam.
 was saved with among those a file can come from (`_other_storages`), and rearrange it for
 the model: each kernel's entries merged dense from the saved variables and split
 into the model's. `matching_weights` gives ``load_weights`` a copy of a file with
-its optimizer state so rearranged (Keras' file layout: `tfp_maf._compat`).
+its optimizer state so rearranged (Keras' file layout: `tfp_maf._platform.compat`).
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from tfp_maf._compat import (
+from tfp_maf._platform.compat import (
     KERAS_ARCHIVE_WEIGHTS,
     read_optimizer_arrays,
     slot_of,
     write_optimizer_arrays,
 )
-from tfp_maf._tracking import sublayers
+from tfp_maf._platform.layer_tracking import sublayers
 from tfp_maf.layers.block_layout import BlockLayout, auto_blocks
-from tfp_maf.layers.made import MaskedDense
+from tfp_maf.layers.masked_dense import MaskedDense
 
 __all__ = ["matching_weights", "optimizer_arrays", "weights_list"]
 
@@ -96,7 +96,7 @@ class _Rearrangement:
         self.variables = list(variables)
         owner = {}
         for layer in layers:
-            for g, v in enumerate(layer._kernel_variables()):
+            for g, v in enumerate(layer.kernel_variables()):
                 owner[id(v)] = (layer, g)
         self.storage = storage
         self.items = []  # per saved entry run: (layer or None, variable, count)
@@ -124,7 +124,8 @@ class _Rearrangement:
                 by_variable[id(v)] = values[0]
             else:
                 dense = _merge(values, self.storage[id(layer)])
-                for kernel, value in zip(layer._kernel_variables(), _split(dense, layer.layout), strict=True):
+                values = _split(dense, layer.layout)
+                for kernel, value in zip(layer.kernel_variables(), values, strict=True):
                     by_variable[id(kernel)] = value
         return [by_variable[id(v)] for v in self.variables]
 

@@ -9,7 +9,7 @@ subclass implements
 - ``_forward_and_log_det(u, **kwargs) -> (x, log|det df/du|)``
 - ``_inverse_and_log_det(x, **kwargs) -> (u, log|det df^-1/dx|)``
 
-and the cache (`tfp_maf.bijectors._cache`) stores the log-det with the value, so
+and the cache (`tfp_maf._platform.bijector_cache`) stores the log-det with the value, so
 ``TransformedDistribution.log_prob`` runs each network once. The fused passes are public
 too, as distrax's are (`FusedBijector.inverse_and_log_det`): a flow's density is then
 its parts' passes summed, with none of TFP's generic shape handling and caching between
@@ -21,7 +21,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from tfp_maf.bijectors._cache import greedy_graph_only_cache
+from tfp_maf._platform.bijector_cache import greedy_graph_only_cache
 
 tfb = tfp.bijectors
 
@@ -38,7 +38,7 @@ class FusedBijector(tfb.Bijector):
     """A `tfb.Bijector` defined by its fused passes (see the module docstring)."""
 
     _greedy = greedy_graph_only_cache(forward_name="_augmented_forward", inverse_name="_augmented_inverse")
-    if _greedy is not None:  # else TFP's default cache (`tfp_maf._compat.cache_util`)
+    if _greedy is not None:  # else TFP's default cache (`tfp_maf._platform.compat.cache_util`)
         _cache = _greedy
     del _greedy
 

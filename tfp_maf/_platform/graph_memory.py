@@ -7,8 +7,8 @@ traced tensors and so the whole graph. Keras' optimizer makes one such function
 per train-step trace (its all-reduce of the gradients, even on one device), so
 every model a process trains (a sweep, the ``reproduce`` runner) stayed in memory
 after it was deleted. (What TFP's bijector cache held is released in
-`tfp_maf.bijectors._cache`.) TF has no public way to do either: the private names
-live in `tfp_maf._compat`, and where they are missing nothing is released or marked.
+`tfp_maf._platform.bijector_cache`.) TF has no public way to do either: the private names
+live in `tfp_maf._platform.compat`, and where they are missing nothing is released or marked.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import contextlib
 
 import tensorflow as tf
 
-from tfp_maf._compat import gradient_registry, omit_retracing_warning, python_function
+from tfp_maf._platform.compat import gradient_registry, omit_retracing_warning, python_function
 
 __all__ = ["custom_gradients_released", "mark_traced_on_purpose", "traced_on_purpose"]
 

@@ -1,0 +1,158 @@
+"""Keras' ``fit``, ``evaluate`` and ``predict`` for a density model: its steps, and the
+checks and callbacks around them.
+
+`KerasLoop` is a base of `keras_models.DensityModel`: the loss is the model's own mean
+negative log-likelihood (no ``loss`` is compiled), a train step masks the MADEs'
+gradients after the tape (`tfp_maf.layers.kernels_as_stored`), and ``fit`` keeps the
+batch norms' statistics right (`keras_models.batch_norm_statistics.EpochStatistics`).
+The model supplies ``log_prob`` and ``_traced_log_prob``.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import keras
+import tensorflow as tf
+
+from keras_models import _checks
+from keras_models._checks import unpack
+from keras_models.batch_norm_statistics import BatchNormStatistics, EpochStatistics
+from tfp_maf._platform.keras_steps import one_step_function
+from tfp_maf.layers import kernels_as_stored, mask_gradients
+from tfp_maf.tracing import custom_gradients_released, mark_traced_on_purpose
+
+__all__ = ["KerasLoop", "with_epoch_statistics"]
+
+
+class KerasLoop(keras.Model):
+    """Keras' training loop of a density model (see the module docstring)."""
+
+    def fit(self, *args, **kwargs):
+        """Keras' ``fit``, with the batch norms' statistics kept right.
+
+        Each epoch every batch norm stores the mean and variance of the rows it
+        normalised, the later batches weighted more, before validation and at the
+        epoch's end (`keras_models.batch_norm_statistics.EpochStatistics`, put first in
+        ``callbacks``), so `log_prob` and ``evaluate`` after ``fit`` see statistics of
+        the training data. With a `BatchNormStatistics` callback among ``callbacks``
+        (as `keras_models.training.fit_as_paper` passes) the statistics are instead
+        the paper's: a pass over the whole training set with the final weights.
+        Arguments are Keras'.
+        """
+        kwargs = _checks.dataset_shuffle(super().fit, args, kwargs)
+        # By name from here: the callbacks may come positionally.
+        args, kwargs = (), dict(inspect.signature(super().fit).bind(*args, **kwargs).arguments)
+        kwargs["callbacks"] = with_epoch_statistics(self, kwargs.get("callbacks"))
+        return self._checked_call(super().fit, args, kwargs, ("steps_per_epoch", "validation_steps"))
+
+    def evaluate(self, *args, **kwargs):
+        return self._checked_call(super().evaluate, args, kwargs, ("steps",))
+
+    def predict(self, *args, **kwargs):
+        return self._checked_call(super().predict, args, kwargs, ("steps",))
+
+    def _checked_call(self, method, args, kwargs, step_counts):
+        """Keras' ``method`` after the checks of `keras_models._checks`, with floatx the
+        model's dtype: Keras casts float arrays to floatx, which a float64 model must not see."""
+        _checks.check_whole_executions(self, method, args, kwargs, step_counts)
+        _checks.check_data(self, method, args, kwargs)
+        with _checks.floatx_of(self):
+            return method(*args, **kwargs)
+
+    # Keras makes these per model from the same code; TF would count every model's
+    # trace as a retrace of one function and warn from the fifth (`mark_traced_on_purpose`).
+    def make_train_function(self, force=False):
+        # Keras builds the optimizer inside the first trace of the step. A first trace
+        # that fails (a bad input) would leave its variables to the next trace, and TF
+        # refuses variables created on a non-first call: every later fit would fail.
+        if self.optimizer is not None and not self.optimizer.built:
+            self.optimizer.build(self.trainable_variables)
+        if self.train_function is None or force:
+            self.train_function = one_step_function(self, self.train_step)
+            if self.train_function is None:
+                super().make_train_function(force)
+        mark_traced_on_purpose(self.train_function)
+        return self.train_function
+
+    def make_test_function(self, force=False):
+        if self.test_function is None or force:
+            self.test_function = one_step_function(self, self.test_step)
+            if self.test_function is None:
+                super().make_test_function(force)
+        mark_traced_on_purpose(self.test_function)
+        return self.test_function
+
+    def make_predict_function(self, force=False):
+        super().make_predict_function(force)
+        mark_traced_on_purpose(self.predict_function)
+        return self.predict_function
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker]
+
+    def train_step(self, data):
+        # custom_gradients_released: else the trace outlives the model. kernels_as_stored:
+        # the MADEs' kernels are read as stored and their gradients masked below, where XLA
+        # fuses the mask into the optimizer's update.
+        with custom_gradients_released(), kernels_as_stored():
+            x, y, sample_weight = unpack(data)
+            with tf.GradientTape() as tape:
+                nll = -_weighted_mean(self.log_prob(x, y, training=True), sample_weight)
+                penalty = tf.add_n(self.losses) if self.losses else 0.0
+                # Under tf.distribute each replica sees 1/R of the global batch and the
+                # optimizer sums the replicas' gradients: scale so the sum is the mean.
+                total = (nll + tf.cast(penalty, nll.dtype)) / tf.distribute.get_strategy().num_replicas_in_sync
+            variables = self.trainable_variables
+            if variables:
+                self.optimizer.apply(mask_gradients(self, tape.gradient(total, variables), variables), variables)
+            self.loss_tracker.update_state(nll)
+            return self._logs()
+
+    def test_step(self, data):
+        x, y, sample_weight = unpack(data)
+        log_prob = self._traced_log_prob(*self._checked(x, y))
+        self.loss_tracker.update_state(-_weighted_mean(log_prob, sample_weight))
+        return self._logs()
+
+    def predict_step(self, data):
+        x, y, _ = unpack(data)  # Keras' own would read (x, y) as features and targets
+        return self._traced_log_prob(*self._checked(x, y))
+
+    def _checked(self, x, y):
+        return _checks.check_x(self, x), _checks.check_y(self, y, "call log_prob(x, y)")
+
+    def _logs(self) -> dict:
+        loss = self.loss_tracker.result()
+        if isinstance(tf.distribute.get_strategy(), tf.distribute.MultiWorkerMirroredStrategy):
+            # Keras 3 averages each worker's logs with strategy.reduce("MEAN", axis=0),
+            # which rejects scalars (seen with Keras 3.15): give it a vector of one.
+            loss = tf.reshape(loss, [1])
+        return {"loss": loss}
+
+
+def _weighted_mean(values, sample_weight):
+    """The mean of ``values``, weighted by ``sample_weight`` when given."""
+    if sample_weight is None:
+        return tf.reduce_mean(values)
+    weights = tf.cast(tf.reshape(sample_weight, tf.shape(values)), values.dtype)
+    return tf.reduce_sum(values * weights) / tf.reduce_sum(weights)
+
+
+def with_epoch_statistics(model, callbacks):
+    """``fit``'s ``callbacks`` with `EpochStatistics` first, unless they set the statistics
+    by the paper's exact pass (or already have it)."""
+    listed = callbacks.callbacks if isinstance(callbacks, keras.callbacks.CallbackList) else list(callbacks or [])
+    if any(isinstance(c, (BatchNormStatistics, EpochStatistics)) for c in listed):
+        return callbacks
+    epoch_statistics = EpochStatistics()
+    if not isinstance(callbacks, keras.callbacks.CallbackList):
+        return [epoch_statistics, *listed]
+    # Keras runs a CallbackList as given: its model and parameters are already set.
+    epoch_statistics.set_model(model)
+    epoch_statistics.set_params(callbacks.params or {})
+    callbacks = copy.copy(callbacks)  # the caller's list stays as it was
+    callbacks.callbacks = [epoch_statistics, *listed]
+    return callbacks
