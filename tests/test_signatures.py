@@ -146,7 +146,8 @@ def _differ(a, b) -> bool:
             or not np.allclose(log_p_a, log_p_b, rtol=1e-6, atol=1e-6))
 
 
-@pytest.mark.parametrize("name", sorted(set(MODELS) - {"gaussian"}))
+# maf10 and realnvp10 are maf5's and realnvp5's classes with another preset: the same keywords.
+@pytest.mark.parametrize("name", sorted(set(MODELS) - {"gaussian", "maf10", "realnvp10"}))
 def test_every_keyword_a_model_takes_changes_it(name):
     """Each keyword a model takes, set to another value, changes its weights, penalty or
     density: none is taken for nothing. The storage keywords change the kernels' layout
