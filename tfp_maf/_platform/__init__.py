@@ -7,16 +7,18 @@ it can go. An upgrade of TF, TFP or Keras can break these modules and no other; 
 each reaches into is checked by ``tests/test_compat.py`` on both ends of the supported
 range (``.ci/run``).
 
-- `compat`: every private name read (TFP's bijector cache classes, TF's gradient
-  registry and graph nesting, the flag of TF's retracing warning, Keras' weights-file
-  layout and Adam's moments), each behind a feature check with a public fallback.
-  Can go, entry by entry, when the check finds the name gone and the fallback serves
-  (``tests/test_compat.py`` tests both).
+- `compat`: every private name read or set (TFP's bijector cache classes, which our
+  graph-local caches subclass, and ``Bijector._cache``; TF's gradient registry and graph
+  nesting; the flag of TF's retracing warning; Keras' weights-file layout and Adam's
+  moments), each behind a feature check with a public fallback. Can go, entry by entry,
+  when the check finds the name gone and the fallback serves (``tests/test_compat.py``
+  tests both).
 - `graph_memory`: TF keeps every `tf.custom_gradient` registration (and its graph) for
   the process's life, and counts every model's trace of one Python function as
   retracing. Can go when a process that trains and deletes models in a loop holds no
   more memory after the first without it (``tests/test_long_lived.py``).
-- `bijector_cache`: TFP 0.25's bijector cache is one process-wide dict that holds every
+- `bijector_cache`: the caches our bijectors and chains use, and why (their code is in
+  `compat`). TFP 0.25's bijector cache is one process-wide dict that holds every
   traced graph, and looks eager results up by input tensor. Can go when TFP's cache
   releases a graph's entries with the graph and never returns a result computed
   before a weight update (``tests/test_bijectors.py``, ``tests/test_long_lived.py``).

@@ -15,6 +15,9 @@ and 3.15.1.
 
 from __future__ import annotations
 
+import weakref
+
+import tensorflow as tf
 import tensorflow_probability as tfp
 
 tfb, tfd = tfp.bijectors, tfp.distributions
@@ -24,15 +27,19 @@ __all__ = [
     "INVERT_TYPES",
     "KERAS_ARCHIVE_WEIGHTS",
     "TRANSFORMED_DISTRIBUTION_TYPES",
+    "GRAPH_LOCAL",
+    "GraphLocalChain",
     "NonCompositeChain",
     "adam_slots",
     "cache_util",
     "gradient_registry",
+    "greedy_graph_only_cache",
     "omit_retracing_warning",
     "outermost_graph",
     "python_function",
     "read_optimizer_arrays",
     "slot_of",
+    "with_greedy_graph_only_cache",
     "write_optimizer_arrays",
 ]
 
@@ -40,13 +47,14 @@ __all__ = [
 # Why: `cache_util.BijectorCacheWithGreedyAttrs` (the mechanism of TFP's FFJORD) stores
 # the log-det that a pass computes beside its value, so `log_prob` runs each MADE once;
 # and `cache_util.BijectorCache(storage=...)` gives our chains a cache whose entries
-# die with their graph (`tfp_maf._platform.bijector_cache`). TFP has no public cache API.
+# die with their graph (below; the design: `tfp_maf._platform.bijector_cache`). TFP has no
+# public cache API.
 # Fallback (None): TFP's default cache; `log_prob` then runs each network twice, and a
 # model's traced graphs are kept by TFP's process-wide cache after the model is deleted.
 try:
     from tensorflow_probability.python.internal import cache_util
 
-    # `tfp_maf._platform.bijector_cache` subclasses the greedy cache and overrides these methods.
+    # `_GreedyGraphOnlyCache` (below) subclasses the greedy cache and overrides these methods.
     if not (all(hasattr(cache_util, name) for name in ("BijectorCache", "BijectorCacheWithGreedyAttrs",
                                                        "EphemeralDict"))
             and all(hasattr(cache_util.BijectorCacheWithGreedyAttrs, name)
@@ -181,3 +189,136 @@ def adam_slots(optimizer, variable) -> tuple | None:
         return optimizer._momentums[index], optimizer._velocities[index]
     except (AttributeError, KeyError, IndexError, TypeError):
         return None
+
+
+# -- TFP: graph-local bijector caches -------------------------------------------------
+# Why: TFP 0.25's bijectors share one process-wide cache that keeps every traced graph
+# alive, and look eager results up by input tensor (`tfp_maf._platform.bijector_cache`
+# says why that fails us). Our caches subclass TFP's private cache classes, override
+# their private lookups and set TFP's private ``Bijector._cache``: all of it here.
+# Fallback (cache_util None): `greedy_graph_only_cache` gives None, the decorator and
+# `GraphLocalChain` leave TFP's default cache in place.
+
+
+class _GraphLocalStorage:
+    """The storage of a TFP bijector cache, one `EphemeralDict` per traced graph.
+
+    Routes every access to the dictionary of the outermost `tf.function` graph being
+    traced (kept as an attribute of that graph, so it goes with it), and eagerly to the
+    dictionary of TF's global graph, which lives as long as the process, as TFP's does.
+    """
+
+    _ATTRIBUTE = "_tfp_maf_bijector_cache"
+
+    @classmethod
+    def current(cls) -> cache_util.EphemeralDict:
+        # A while-loop body or a cond branch is a graph nested in the trace; tensors
+        # cross between them, so they share the trace's entries.
+        graph = outermost_graph(tf.compat.v1.get_default_graph())
+        storage = getattr(graph, cls._ATTRIBUTE, None)
+        if storage is None:
+            storage = cache_util.EphemeralDict()
+            setattr(graph, cls._ATTRIBUTE, storage)
+        return storage
+
+    # The dictionary interface that `cache_util.BijectorCache` uses.
+    @property
+    def maybe_del(self):  # bound when an entry is made: a callback removes it from its own graph's
+        return self.current().maybe_del
+
+    def __getitem__(self, key):
+        return self.current()[key]
+
+    def __setitem__(self, key, value):
+        self.current()[key] = value
+
+    def __delitem__(self, key):
+        del self.current()[key]
+
+    def setdefault(self, key, default=None):
+        return self.current().setdefault(key, default)
+
+    def keys(self):
+        return self.current().keys()
+
+
+#: The storage of tfp_maf's bijector caches.
+GRAPH_LOCAL = _GraphLocalStorage()
+
+
+class GraphLocalChain(NonCompositeChain):
+    """The chain of TFP's `tfb.Chain` (same routing, same results) whose cache entries
+    live on `GRAPH_LOCAL`, so that a model's traces die with the model.
+
+    For chains whose parts hold Keras layers (not CompositeTensors), for which
+    `tfb.Chain(...)` builds the same class.
+    """
+
+    if cache_util is not None:
+        _cache = cache_util.BijectorCache(storage=GRAPH_LOCAL)
+
+
+# (id(bijector), id(output)) -> (weakref to output, bijector, function that made the
+# output, its input, attrs, keyword arguments). TFP binds a fresh cache object to a bijector on each call,
+# so this lives at module level; an entry goes when its output tensor is collected.
+_EAGER_OUTPUTS: dict = {}
+
+
+def greedy_graph_only_cache(forward_name: str, inverse_name: str):
+    """A `GreedyGraphOnlyCache` calling the bijector's ``forward_name`` and
+    ``inverse_name`` (which return ``(value, attrs)``), or None without TFP's cache classes."""
+    return None if cache_util is None else _GreedyGraphOnlyCache(forward_name=forward_name, inverse_name=inverse_name)
+
+
+if cache_util is not None:
+
+    class _GreedyGraphOnlyCache(cache_util.BijectorCacheWithGreedyAttrs):
+        """Greedy-attribute cache: TFP's in graph mode (on `GRAPH_LOCAL`), output-keyed when eager."""
+
+        def __init__(self, *args, storage=None, **kwargs):
+            super().__init__(*args, storage=GRAPH_LOCAL if storage is None else storage, **kwargs)
+
+        def _eager_entry(self, tensor, kwargs):
+            entry = _EAGER_OUTPUTS.get((id(self.bijector), id(tensor)))
+            if entry is None or entry[0]() is not tensor or entry[1] is not self.bijector:
+                return None
+            same_kwargs = entry[5].keys() == kwargs.keys() and all(
+                entry[5][k] is v for k, v in kwargs.items()  # e.g. the same conditional_input
+            )
+            return entry if same_kwargs else None
+
+        def _lookup(self, input, forward_name, inverse_name, **kwargs):  # noqa: A002
+            if not tf.executing_eagerly():
+                return super()._lookup(input, forward_name, inverse_name, **kwargs)
+            entry = self._eager_entry(input, kwargs)
+            if entry is not None and entry[2] == inverse_name:
+                return entry[3]  # `input` came out of the opposite direction: undo it exactly.
+            attrs = {}
+            output = self._invoke(input, forward_name, kwargs, attrs)
+            key = (id(self.bijector), id(output))
+            try:
+                ref = weakref.ref(output, lambda _, k=key: _EAGER_OUTPUTS.pop(k, None))
+            except TypeError:  # not weak-referenceable (a NumPy array, say): nothing to remember
+                return output
+            _EAGER_OUTPUTS[key] = (ref, self.bijector, forward_name, input, attrs, dict(kwargs))
+            return output
+
+        def _attributes(self, input, fn_name, **kwargs):  # noqa: A002
+            if not tf.executing_eagerly():
+                return super()._attributes(input, fn_name, **kwargs)
+            entry = self._eager_entry(input, kwargs)
+            return entry[4] if entry is not None else {}
+
+
+def with_greedy_graph_only_cache(forward_name: str, inverse_name: str):
+    """A class decorator: the bijector class's TFP cache (``Bijector._cache``) becomes a
+    `greedy_graph_only_cache` of ``forward_name`` and ``inverse_name``; without TFP's
+    cache classes, the class keeps TFP's default cache."""
+
+    def decorate(cls):
+        cache = greedy_graph_only_cache(forward_name, inverse_name)
+        if cache is not None:
+            cls._cache = cache
+        return cls
+
+    return decorate

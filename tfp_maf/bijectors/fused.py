@@ -21,7 +21,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from tfp_maf._platform.bijector_cache import greedy_graph_only_cache
+from tfp_maf._platform.bijector_cache import with_greedy_graph_only_cache
 
 tfb = tfp.bijectors
 
@@ -34,13 +34,10 @@ def dtype_of(layer) -> tf.DType | None:
     return None if dtype is None else tf.as_dtype(dtype)
 
 
+# TFP's cache stores the log-det beside the value (`tfp_maf._platform.bijector_cache`).
+@with_greedy_graph_only_cache(forward_name="_augmented_forward", inverse_name="_augmented_inverse")
 class FusedBijector(tfb.Bijector):
     """A `tfb.Bijector` defined by its fused passes (see the module docstring)."""
-
-    _greedy = greedy_graph_only_cache(forward_name="_augmented_forward", inverse_name="_augmented_inverse")
-    if _greedy is not None:  # else TFP's default cache (`tfp_maf._platform.compat.cache_util`)
-        _cache = _greedy
-    del _greedy
 
     def inverse_and_log_det(self, x, **kwargs):
         """``(u, log|det du/dx|)`` in one pass: what ``inverse(x, **kwargs)`` and
