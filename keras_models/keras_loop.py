@@ -108,13 +108,16 @@ class KerasLoop(keras.Model):
             variables = self.trainable_variables
             if variables:
                 self.optimizer.apply(mask_gradients(self, tape.gradient(total, variables), variables), variables)
-            self.loss_tracker.update_state(nll)
+            self.loss_tracker.update_state(nll, sample_weight=_rows(x, sample_weight, nll.dtype))
             return self._logs()
 
     def test_step(self, data):
         x, y, sample_weight = unpack(data)
         log_prob = self._traced_log_prob(*self._checked(x, y))
-        self.loss_tracker.update_state(-_weighted_mean(log_prob, sample_weight))
+        # Weighted by its rows, as Keras' own loss tracker: a short last batch counts for
+        # what it holds, and ``evaluate`` gives the mean over the data.
+        self.loss_tracker.update_state(-_weighted_mean(log_prob, sample_weight),
+                                       sample_weight=_rows(x, sample_weight, log_prob.dtype))
         return self._logs()
 
     def predict_step(self, data):
@@ -139,6 +142,13 @@ def _weighted_mean(values, sample_weight):
         return tf.reduce_mean(values)
     weights = tf.cast(tf.reshape(sample_weight, tf.shape(values)), values.dtype)
     return tf.reduce_sum(values * weights) / tf.reduce_sum(weights)
+
+
+def _rows(x, sample_weight, dtype):
+    """What a batch weighs in an epoch's mean loss: its rows, or its sample weights' sum."""
+    if sample_weight is None:
+        return tf.cast(tf.shape(x)[0], dtype)
+    return tf.reduce_sum(tf.cast(sample_weight, dtype))
 
 
 def with_epoch_statistics(model, callbacks):
