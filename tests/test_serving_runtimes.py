@@ -2,11 +2,12 @@
 ``saved_model_cli run``, TF Serving and the C API use), ONNX Runtime and LiteRT.
 
 The SavedModel matrix covers every zoo family, unconditional and conditional, float32
-and float64, and a context network. Each cell runs through ``saved_model_cli run``
-itself, one signature per cell in turn, and every signature of every cell through the
-session loader in one process without tfp_maf, TFP and Keras (the CLI's own code path:
-``loader.load`` into a Session, then ``Session.run`` on the signature's tensors); both
-give the Python API's values.
+and float64, and a context network. In one process without tfp_maf, TFP and Keras, every
+signature of every cell runs through ``saved_model_cli run``, which is the session loader
+(``loader.load`` into a Session, then ``Session.run`` on the signature's tensors): the
+``main`` its console script calls, given each command line, so that TensorFlow is imported
+once rather than once a command. The ``saved_model_cli`` executable itself runs one cell.
+Each gives the Python API's values.
 """
 
 from __future__ import annotations
@@ -79,24 +80,24 @@ def _expected(model, feeds, sample=True):
     return out
 
 
-# The session loader as saved_model_cli run drives it, in a process where tfp_maf, TFP and
-# Keras cannot be imported.
-SESSION_CLIENT = """
+# `saved_model_cli run` on every signature of every cell, in a process where tfp_maf, TFP
+# and Keras cannot be imported: the console script's own main, given each command line in
+# turn (absl keeps flags between parses: unparse_flags resets them). Its run is TensorFlow's
+# session loader: `loader.load` into a Session, then `Session.run` on the signature's tensors.
+CLI_CLIENT = """
 import json, sys
 for name in ("tfp_maf", "keras_models", "tensorflow_probability", "keras", "tf_keras"):
     sys.modules[name] = None
-import numpy as np
-import tensorflow as tf
+from absl import flags
+from tensorflow.python.tools.saved_model_cli import main
 
-cells = json.load(open(sys.argv[1]))
-for cell in cells:
-    with tf.compat.v1.Session(graph=tf.Graph()) as sess:
-        meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], cell["dir"])
-        for name, feeds in cell["calls"].items():
-            signature = meta.signature_def[name]
-            feed = {signature.inputs[k].name: np.load(v) if isinstance(v, str) else v for k, v in feeds.items()}
-            (output,) = signature.outputs.values()
-            np.save(f"{cell['dir']}.session.{name}.npy", sess.run(output.name, feed))
+for argv in json.load(open(sys.argv[1])):
+    flags.FLAGS.unparse_flags()
+    sys.argv = ["saved_model_cli", *argv]
+    try:
+        main()
+    except SystemExit as done:
+        assert not done.code, f"saved_model_cli {' '.join(argv)}: exit {done.code}"
 assert all(sys.modules[name] is None for name in ("tfp_maf", "keras", "tensorflow_probability"))
 """
 
@@ -138,36 +139,42 @@ def _want(cell, signature):
 
 
 def test_every_cell_runs_in_tensorflows_session_loader_and_saved_model_cli(exported, tmp_path):
-    """One test, so that one worker exports the matrix: every signature of every cell in the
-    session loader, then ``saved_model_cli run`` itself on each cell, one signature per cell
-    in turn (each signature runs on several cells)."""
-    (tmp_path / "cells.json").write_text(json.dumps(
-        [{"dir": c["dir"], "calls": c["calls"]} for c in exported]))
-    done = subprocess.run([sys.executable, "-c", SESSION_CLIENT, str(tmp_path / "cells.json")],
-                          capture_output=True, text=True, timeout=600)
+    """One test, so that one worker exports the matrix: every signature of every cell in
+    ``saved_model_cli run``, then the executable on one cell."""
+    outdirs = {(index, signature): tmp_path / f"{index}-{signature}"
+               for index, cell in enumerate(exported) for signature in cell["calls"]}
+    (tmp_path / "commands.json").write_text(json.dumps(
+        [_cli_arguments(exported[index], signature, outdir) for (index, signature), outdir in outdirs.items()]))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run([sys.executable, "-c", CLI_CLIENT, str(tmp_path / "commands.json")],
+                          capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    for cell in exported:
-        for signature in cell["calls"]:
-            got = np.load(f"{cell['dir']}.session.{signature}.npy")
-            _close(got, _want(cell, signature), cell["dtype"], f"{cell['label']}: {signature}")
-    for index, cell in enumerate(exported):
-        _saved_model_cli_run(cell, list(cell["calls"])[index % len(cell["calls"])], tmp_path / str(index))
+    for (index, signature), outdir in outdirs.items():
+        cell = exported[index]
+        (output,) = outdir.glob("*.npy")
+        _close(np.load(output), _want(cell, signature), cell["dtype"], f"{cell['label']}: {signature}")
+
+    # The executable, on the context network's cell drawing samples (--inputs and --input_exprs).
+    cell, outdir = exported[-1], tmp_path / "executable"
+    command = [str(Path(sys.executable).with_name("saved_model_cli")),
+               *_cli_arguments(cell, "sample", outdir)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, f"{cell['label']}: sample\n{done.stderr[-3000:]}"
+    (output,) = outdir.glob("*.npy")
+    _close(np.load(output), _want(cell, "sample"), cell["dtype"], f"{cell['label']}: sample")
 
 
-def _saved_model_cli_run(cell, signature, outdir):
+def _cli_arguments(cell, signature, outdir):
+    """``saved_model_cli``'s arguments to run ``signature`` of ``cell`` into ``outdir``."""
     files = ";".join(f"{k}={v}" for k, v in cell["calls"][signature].items() if isinstance(v, str))
     exprs = ";".join(f"{k}={v}" for k, v in cell["calls"][signature].items() if not isinstance(v, str))
-    command = [str(Path(sys.executable).with_name("saved_model_cli")), "run", "--dir", cell["dir"],
-               "--tag_set", "serve", "--signature_def", signature, "--outdir", str(outdir)]
+    arguments = ["run", "--dir", cell["dir"], "--tag_set", "serve", "--signature_def", signature,
+                 "--outdir", str(outdir)]
     if files:
-        command += ["--inputs", files]
+        arguments += ["--inputs", files]
     if exprs:
-        command += ["--input_exprs", exprs]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0, f"{cell['label']}: {signature}\n{done.stderr[-3000:]}"
-    (output,) = outdir.glob("*.npy")
-    _close(np.load(output), _want(cell, signature), cell["dtype"], f"{cell['label']}: {signature}")
+        arguments += ["--input_exprs", exprs]
+    return arguments
 
 
 @pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
