@@ -11,6 +11,7 @@ two checks, bijective-and-finite and log-dets against autodiff, which
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -441,14 +442,24 @@ SEEDED = {"made": {}, "made-mog": {"num_components": 2}, "maf5": {"num_layers": 
           "maf-mog5": {"num_layers": 2, "num_components": 2}, "nsf5": {"num_layers": 2},
           "realnvp5": {"num_layers": 2}}
 _WEIGHTS_OF = """
-import sys, numpy as np, keras_models as km
-model = km.build(sys.argv[1], 3, hidden_units=[8], seed=int(sys.argv[2]), conditional_dims=2, **eval(sys.argv[3]))
-np.savez(sys.argv[4], *model.get_weights())
+import json, sys, numpy as np, keras_models as km
+for name, kwargs in json.loads(sys.argv[1]).items():
+    model = km.build(name, 3, hidden_units=[8], seed=3, conditional_dims=2, **kwargs)
+    np.savez(f"{sys.argv[2]}/{name}.npz", *model.get_weights())
 """
 
 
+@pytest.fixture(scope="module")
+def fresh_process_weights(tmp_path_factory):
+    """Every family's weights at seed 3, built one after another in one fresh process."""
+    path = tmp_path_factory.mktemp("seeded")
+    subprocess.run([sys.executable, "-c", _WEIGHTS_OF, json.dumps(SEEDED), str(path)],
+                   check=True, capture_output=True, timeout=300)
+    return path
+
+
 @pytest.mark.parametrize("name", sorted(SEEDED))
-def test_the_same_seed_gives_the_same_model_in_any_process(name, tmp_path):
+def test_the_same_seed_gives_the_same_model_in_any_process(name, fresh_process_weights):
     def weights(seed):
         model = km.build(name, 3, hidden_units=[8], seed=seed, conditional_dims=2, **SEEDED[name])
         return model.get_weights()
@@ -460,9 +471,6 @@ def test_the_same_seed_gives_the_same_model_in_any_process(name, tmp_path):
     # Each random weight its own stream: no two kernels of one shape drawn alike.
     random = [w for w in first if w.ndim == 2 and np.count_nonzero(w) > 1]
     assert len({w.tobytes() for w in random}) == len(random), name
-    path = tmp_path / "fresh.npz"
-    subprocess.run([sys.executable, "-c", _WEIGHTS_OF, name, "3", repr(SEEDED[name]), str(path)],
-                   check=True, capture_output=True, timeout=300)
-    fresh = np.load(path)
+    fresh = np.load(fresh_process_weights / f"{name}.npz")
     for i, a in enumerate(first):
         np.testing.assert_array_equal(a, fresh[f"arr_{i}"], err_msg=f"{name}: seed 3 in a fresh process")
