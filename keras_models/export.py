@@ -9,6 +9,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_models._checks import unpack
+from tfp_maf._platform import compat
 from tfp_maf.sampling import full_passes
 
 __all__ = ["export_saved_model"]
@@ -156,8 +157,10 @@ def export_saved_model(model, path: str, verbose: bool = False, input_signature=
         signatures[name] = tf.function(_named(endpoint, outputs[name][0], name), input_signature=specs[name],
                                        autograph=False)
     signatures["serving_default"] = signatures["serve"]
-    _track_variables(root, signatures.values())
-    tf.saved_model.save(root, path, signatures=signatures)
+    options = tf.saved_model.SaveOptions()
+    with compat.save_context(options):  # traced as the save traces them: once
+        _track_variables(root, signatures.values())
+    tf.saved_model.save(root, path, signatures=signatures, options=options)
     if verbose:
         print(f"Saved artifact at '{path}'. Signatures (-1: any size):")
         for key in ("serving_default", *endpoints):

@@ -265,3 +265,41 @@ def test_adam_slots_are_the_moments_keras_adam_updates():
     np.testing.assert_allclose(m.numpy(), 0.1 * np.array([1.0, 2.0, 3.0]), rtol=1e-6)  # (1 - beta_1) g
     np.testing.assert_allclose(v.numpy(), 0.001 * np.array([1.0, 4.0, 9.0]), rtol=1e-5)  # (1 - beta_2) g^2
     assert _compat.adam_slots(keras.optimizers.SGD(0.1), w) is None  # the fallback's signal
+
+
+def _traces_of_a_save(tmp_path, context) -> int:
+    """How often `tf.saved_model.save` traces a function traced before it in ``context``."""
+    traces = []
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def double(x):
+        traces.append(1)
+        return 2 * x
+
+    root = tf.train.Checkpoint()
+    root.double = double
+    options = tf.saved_model.SaveOptions()
+    with context(options):
+        double.get_concrete_function()
+    tf.saved_model.save(root, str(tmp_path), signatures={"double": double}, options=options)
+    loaded = tf.saved_model.load(str(tmp_path))
+    assert loaded.double(tf.constant([1.0])).numpy().tolist() == [2.0]
+    return len(traces)
+
+
+def test_a_function_traced_in_the_save_context_is_not_traced_again_by_the_save(tmp_path):
+    assert _traces_of_a_save(tmp_path / "in", _compat.save_context) == 1
+
+
+def test_without_the_save_context_the_save_traces_again_and_the_export_is_the_same(tmp_path, monkeypatch):
+    import contextlib
+
+    import keras_models as km
+
+    assert _traces_of_a_save(tmp_path / "out", lambda options: contextlib.nullcontext()) == 2
+    model = km.MAF(2, hidden_units=[4], num_layers=2, seed=0)
+    x = np.array([[0.5, -1.0], [2.0, 0.0]], np.float32)
+    monkeypatch.setattr(_compat, "save_context", lambda options: contextlib.nullcontext())
+    model.export(str(tmp_path / "fallback"))
+    loaded = tf.saved_model.load(str(tmp_path / "fallback"))
+    np.testing.assert_allclose(loaded.log_prob(x), model.log_prob(x), rtol=1e-6)

@@ -15,6 +15,7 @@ and 3.15.1.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 import tensorflow as tf
@@ -38,6 +39,7 @@ __all__ = [
     "outermost_graph",
     "python_function",
     "read_optimizer_arrays",
+    "save_context",
     "slot_of",
     "with_greedy_graph_only_cache",
     "write_optimizer_arrays",
@@ -136,6 +138,26 @@ def omit_retracing_warning(function) -> None:
 def python_function(function):
     """The Python function a `tf.function` traces, or None."""
     return getattr(function, "_python_function", None)
+
+
+# -- TF: the context tf.saved_model.save traces in ---------------------------------
+# Why: `tf.saved_model.save` traces every function it writes within its save context,
+# whose variable policy is part of a tf.function's cache key; a function traced before
+# the save (an export reads the variables its signatures use, to track them) is traced
+# again, and a sampler's trace is most of an export's time. Tracing within the same
+# context (TF's `save_context.save_context(options)`) lets the save reuse the trace.
+# Fallback: a context that changes nothing; the save traces the functions again, as
+# TF's own exports do.
+
+
+def save_context(options):
+    """The context `tf.saved_model.save(..., options=options)` traces in."""
+    try:
+        from tensorflow.python.saved_model import save_context as context
+    except ImportError:
+        return contextlib.nullcontext()
+    enter = getattr(context, "save_context", None)
+    return enter(options) if enter is not None else contextlib.nullcontext()
 
 
 # -- Keras: the layout of weights files and the names of optimizer slots ------------
