@@ -10,9 +10,9 @@ range (``.ci/run``).
 - `compat`: every private name read or set (TFP's bijector cache classes, which our
   graph-local caches subclass, and ``Bijector._cache``; TF's gradient registry and graph
   nesting; the flag of TF's retracing warning; the context `tf.saved_model.save` traces
-  in; Keras' weights-file layout and Adam's moments), each behind a feature check with a public fallback. Can go, entry by entry,
-  when the check finds the name gone and the fallback serves (``tests/test_compat.py``
-  tests both).
+  in; Keras' weights-file layout and Adam's moments), each behind a feature check with a
+  public fallback. Can go, entry by entry, when the check finds the name gone and the
+  fallback serves (``tests/test_compat.py`` tests both).
 - `graph_memory`: TF keeps every `tf.custom_gradient` registration (and its graph) for
   the process's life, and counts every model's trace of one Python function as
   retracing. Can go when a process that trains and deletes models in a loop holds no
