@@ -167,8 +167,13 @@ def _sample_graph(structure, schedule, layout, loops, noise, conditional_input, 
     sizes, static = schedule.chunk_sizes, first.shape[1]
 
     def run(chunk):
+        # A chunk size below the largest is chosen only for a batch that fits in one
+        # chunk: one call of its loop, without the loop over chunks.
+        if chunk != sizes[-1] or (static is not None and static <= chunk):
+            return _unless_empty(structure, noise, lambda: _one_chunk(
+                structure, loops[chunk], chunk, noise, conditional_input, prepared))
         # Concurrent parts only for full chunks: a smaller batch fits in one.
-        parts = schedule.parts_for(static) if chunk == sizes[-1] else 1
+        parts = schedule.parts_for(static)
         return _unless_empty(structure, noise, lambda: _in_parts(
             structure, loops[chunk], parts, chunk, noise, conditional_input, prepared))
 
@@ -217,6 +222,22 @@ def _unless_empty(structure, noise, run):
 def _pad_axis(t, axis: int, pad):
     """``t`` with ``pad`` zeros appended along ``axis`` (the batch axis)."""
     return tf.pad(t, [[0, 0]] * axis + [[0, pad]] + [[0, 0]] * (t.shape.rank - axis - 1))
+
+
+def _one_chunk(structure, loop, chunk: int, noise, conditional_input, prepared):
+    """The XLA ``loop`` once, on the batch zero-padded to ``chunk`` rows (a batch of at
+    most ``chunk`` rows), the padding dropped: what `_chunked` computes for one chunk."""
+    flat = tf.nest.flatten(noise)
+    batch = tf.shape(flat[0])[1]
+    pad = chunk - batch
+
+    def padded(t, axis):  # the chunk's shape, static, as in `_chunked`
+        return tf.ensure_shape(_pad_axis(t, axis, pad), t.shape[:axis] + [chunk] + t.shape[axis + 1 :])
+
+    noise_c = tf.nest.pack_sequence_as(noise, [padded(t, 1) for t in flat])
+    y_c = None if conditional_input is None else padded(conditional_input, 0)
+    x, extra = loop(noise_c, y_c, prepared)
+    return x[:batch], extra[:batch]
 
 
 def _chunked(structure, loop, chunk: int, noise, conditional_input, prepared):
