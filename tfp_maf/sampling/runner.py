@@ -171,7 +171,7 @@ def _sample_graph(structure, schedule, layout, loops, noise, conditional_input, 
         # chunk: one call of its loop, without the loop over chunks.
         if chunk != sizes[-1] or (static is not None and static <= chunk):
             return _unless_empty(structure, noise, lambda: _one_chunk(
-                structure, loops[chunk], chunk, noise, conditional_input, prepared))
+                loops[chunk], chunk, noise, conditional_input, prepared))
         # Concurrent parts only for full chunks: a smaller batch fits in one.
         parts = schedule.parts_for(static)
         return _unless_empty(structure, noise, lambda: _in_parts(
@@ -224,7 +224,7 @@ def _pad_axis(t, axis: int, pad):
     return tf.pad(t, [[0, 0]] * axis + [[0, pad]] + [[0, 0]] * (t.shape.rank - axis - 1))
 
 
-def _one_chunk(structure, loop, chunk: int, noise, conditional_input, prepared):
+def _one_chunk(loop, chunk: int, noise, conditional_input, prepared):
     """The XLA ``loop`` once, on the batch zero-padded to ``chunk`` rows (a batch of at
     most ``chunk`` rows), the padding dropped: what `_chunked` computes for one chunk."""
     flat = tf.nest.flatten(noise)
