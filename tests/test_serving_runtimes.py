@@ -81,15 +81,19 @@ def _expected(model, feeds, sample=True):
 
 
 # `saved_model_cli run` on every signature of every cell, in a process where tfp_maf, TFP
-# and Keras cannot be imported: the console script's own main, given each command line in
-# turn (absl keeps flags between parses: unparse_flags resets them). Its run is TensorFlow's
-# session loader: `loader.load` into a Session, then `Session.run` on the signature's tensors.
+# and Keras cannot be imported: the function the `saved_model_cli` executable calls (its
+# console-script entry point, as installed), given each command line in turn (absl keeps
+# flags between parses: unparse_flags resets them). Its run is TensorFlow's session loader:
+# `loader.load` into a Session, then `Session.run` on the signature's tensors.
 CLI_CLIENT = """
 import json, sys
+from importlib.metadata import entry_points
 for name in ("tfp_maf", "keras_models", "tensorflow_probability", "keras", "tf_keras"):
     sys.modules[name] = None
 from absl import flags
-from tensorflow.python.tools.saved_model_cli import main
+
+(script,) = entry_points(group="console_scripts", name="saved_model_cli")
+main = script.load()
 
 for argv in json.load(open(sys.argv[1])):
     flags.FLAGS.unparse_flags()

@@ -224,6 +224,11 @@ def _pad_axis(t, axis: int, pad):
     return tf.pad(t, [[0, 0]] * axis + [[0, pad]] + [[0, 0]] * (t.shape.rank - axis - 1))
 
 
+def _chunk_shape(t, axis: int, chunk: int):
+    """``t``'s static shape with ``chunk`` rows on ``axis``: XLA sees one shape per chunk size."""
+    return t.shape[:axis] + [chunk] + t.shape[axis + 1 :]
+
+
 def _one_chunk(loop, chunk: int, noise, conditional_input, prepared):
     """The XLA ``loop`` once, on the batch zero-padded to ``chunk`` rows (a batch of at
     most ``chunk`` rows), the padding dropped: what `_chunked` computes for one chunk."""
@@ -231,8 +236,8 @@ def _one_chunk(loop, chunk: int, noise, conditional_input, prepared):
     batch = tf.shape(flat[0])[1]
     pad = chunk - batch
 
-    def padded(t, axis):  # the chunk's shape, static, as in `_chunked`
-        return tf.ensure_shape(_pad_axis(t, axis, pad), t.shape[:axis] + [chunk] + t.shape[axis + 1 :])
+    def padded(t, axis):
+        return tf.ensure_shape(_pad_axis(t, axis, pad), _chunk_shape(t, axis, chunk))
 
     noise_c = tf.nest.pack_sequence_as(noise, [padded(t, 1) for t in flat])
     y_c = None if conditional_input is None else padded(conditional_input, 0)
@@ -253,14 +258,11 @@ def _chunked(structure, loop, chunk: int, noise, conditional_input, prepared):
         shape = tf.concat([tf.shape(t)[:axis], [n_chunks, chunk], tf.shape(t)[axis + 1 :]], 0)
         return tf.experimental.numpy.moveaxis(tf.reshape(t, shape), axis, 0)
 
-    def static(t, axis):  # a chunk's shape, static, so that XLA sees one shape per chunk size
-        return t.shape[:axis] + [chunk] + t.shape[axis + 1 :]
-
     elems = [split(t, 1) for t in flat]
-    shapes = [static(t, 1) for t in flat]
+    shapes = [_chunk_shape(t, 1, chunk) for t in flat]
     if conditional_input is not None:
         elems.append(split(conditional_input, 0))
-        shapes.append(static(conditional_input, 0))
+        shapes.append(_chunk_shape(conditional_input, 0, chunk))
 
     def one_chunk(args):
         args = [tf.ensure_shape(a, s) for a, s in zip(args, shapes, strict=True)]
