@@ -132,3 +132,19 @@ def test_made_s_of_one_structure_share_their_compiled_sampler():
     programs = _programs(first)
     second.sample(5)
     assert _programs(second) == programs == _programs(first)
+
+
+def test_the_mades_of_a_flow_share_one_xla_program_per_chunk_size():
+    # Their orders differ (each layer reverses the one before), their sizes do not; the
+    # orders are the loop's inputs, not part of its program. (Sizes no other test uses.)
+    model = zoo_model("maf5", 6, hidden_units=[12], num_layers=3)
+    _tune(model, chunk_rows=16)  # one chunk size
+    mades = [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADENetwork)]
+    assert len({sampling.Structure.of(m).key() for m in mades}) == 2  # two orders, alternating
+    before = sampling.compiled_loops()
+    model.sample(5)
+    assert sampling.compiled_loops() == before + 1
+    another = zoo_model("maf5", 6, hidden_units=[12], num_layers=3, seed=1)  # of the same sizes
+    _tune(another, chunk_rows=16)
+    another.sample(40)
+    assert sampling.compiled_loops() == before + 1

@@ -15,7 +15,7 @@ becomes final: about the work of one forward pass, spread over D steps.
 |  | their resolution (`Schedule`) and the tables of the loops (`LoopTables`) |
 | `layout` | the weights laid out as the loops read them |
 | `loops` | the D-step loops, step by step and in blocks of degrees |
-| `runner` | `sequential_pass`: the compiled loops, shared per structure, over batches of any size |
+| `runner` | `sequential_pass`: the compiled loops, shared per size, over batches of any size |
 | `made` | what the engine reads of a `tfp_maf.layers.MADENetwork`, and `sample_sequentially` |
 | `full_passes` | the textbook loop instead, for graphs that leave TensorFlow (ONNX, LiteRT) |
 
@@ -43,7 +43,13 @@ True
 from tfp_maf.sampling.full_passes import full_passes, full_passes_active
 from tfp_maf.sampling.made import can_sample, sample_sequentially, weights_of
 from tfp_maf.sampling.plan import Schedule, SequentialPlan, Structure, Tuning
-from tfp_maf.sampling.runner import compiled_programs, sequential_pass, without_gradients
+from tfp_maf.sampling.runner import (
+           compiled_loops,
+           compiled_programs,
+           sequential_pass,
+           without_gradients,
+)
 
-__all__ = ["Schedule", "SequentialPlan", "Structure", "Tuning", "can_sample", "compiled_programs", "full_passes",
-           "full_passes_active", "sample_sequentially", "sequential_pass", "weights_of", "without_gradients"]
+__all__ = ["Schedule", "SequentialPlan", "Structure", "Tuning", "can_sample", "compiled_loops", "compiled_programs",
+           "full_passes", "full_passes_active", "sample_sequentially", "sequential_pass", "weights_of",
+           "without_gradients"]

@@ -19,7 +19,7 @@ __all__ = ["conditional_terms", "lay_out"]
 def lay_out(structure: Structure, layout: LoopTables, weights: dict, dtype) -> dict:
     """The weights (``{"hidden": [(kernel, bias)], "output": (kernel, bias),
     "conditional": [V_l]}``, masks applied) in the loop's layout."""
-    plan, rows, L = structure.plan, layout.rows, len(structure.hidden_units)
+    plan, rows, L = structure.plan, layout.shape.rows, len(structure.hidden_units)
 
     def sorted_padded(matrix, row_order, col_order, n_rows, n_cols):
         m = tf.transpose(tf.gather(tf.gather(tf.cast(matrix, dtype), row_order, axis=0), col_order, axis=1))
@@ -36,7 +36,7 @@ def lay_out(structure: Structure, layout: LoopTables, weights: dict, dtype) -> d
         out["kernels"].append(sorted_padded(kernel, prev_order, order, rows[l + 1], rows[l]))
         out["biases"].append(tf.transpose(sorted_cols(bias[None], order, rows[l + 1])))
         prev_order = order
-    n_out = layout.n_blocks * layout.S * structure.params_per_dim
+    n_out = layout.shape.n_blocks * layout.shape.S * structure.params_per_dim
     out_kernel, out_bias = weights["output"]
     out["out_w"] = sorted_padded(out_kernel, prev_order, layout.out_cols, n_out, rows[L])
     out["out_b"] = tf.transpose(sorted_cols(out_bias[None], layout.out_cols, n_out))

@@ -8,35 +8,37 @@ of one forward pass, spread over D steps.
 
 `stepwise_loop` takes the steps one at a time; `blocked_loop` takes them in blocks of S
 degrees, so that what the final rows contribute to a block is one matmul per layer.
-Both read weights laid out by `tfp_maf.sampling.layout.lay_out`.
+Both read weights laid out by `tfp_maf.sampling.layout.lay_out`, and the degrees as
+tensors (`tfp_maf.sampling.plan.LoopTables.tensors`): a loop's program depends on the
+sizes alone (``structure.sizes()`` and a `LoopShape`), so MADEs that differ in their
+orders share it.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
 from tfp_maf.sampling.layout import conditional_terms
-from tfp_maf.sampling.plan import LoopTables, Structure
+from tfp_maf.sampling.plan import LoopShape, Structure
 
 __all__ = ["blocked_loop", "run_loop", "stepwise_loop"]
 
 
-def run_loop(structure: Structure, layout: LoopTables, emit, noise, conditional_input, prepared):
+def run_loop(structure: Structure, shape: LoopShape, emit, noise, conditional_input, prepared, tables):
     """``(x, extra)`` ``[B, D]`` in the variables' order: `stepwise_loop` for blocks of
-    one step, else `blocked_loop`."""
-    loop = stepwise_loop if layout.S == 1 else blocked_loop
-    return loop(structure, layout, emit, noise, conditional_input, prepared)
+    one step, else `blocked_loop`. ``tables``: `LoopTables.tensors` of the MADE."""
+    loop = stepwise_loop if shape.S == 1 else blocked_loop
+    return loop(structure, shape, emit, noise, conditional_input, prepared, tables)
 
 
-def _in_variable_order(structure: Structure, x_rows, extra_rows):
+def _in_variable_order(structure: Structure, tables, x_rows, extra_rows):
     """Back from (degree order, transposed) to [B, D] in the variables' order."""
-    D, inverse_order = structure.event_size, np.argsort(structure.plan.var_at)
+    D, inverse_order = structure.event_size, tables["inverse_order"]
     return (tf.gather(tf.transpose(x_rows[:D]), inverse_order, axis=1),
             tf.gather(tf.transpose(extra_rows[:D]), inverse_order, axis=1))
 
 
-def stepwise_loop(structure: Structure, layout: LoopTables, emit, noise, conditional_input, prepared):
+def stepwise_loop(structure: Structure, shape: LoopShape, emit, noise, conditional_input, prepared, tables):
     """One step a degree. At step t: the outputs of the variable of degree t + 1, from
     the whole last layer (the masks read only its final units), then that variable; then
     in each layer the window of units from the first of degree t + 1, from the whole
@@ -49,11 +51,11 @@ def stepwise_loop(structure: Structure, layout: LoopTables, emit, noise, conditi
     D, P, L = structure.event_size, structure.params_per_dim, len(structure.hidden_units)
     first = tf.nest.flatten(noise)[0]
     dtype, batch_size = first.dtype, tf.shape(first)[1]
-    rows, widths = layout.rows, layout.widths
+    rows, widths = shape.rows, shape.widths
     kernels, biases, out_w, out_b = prepared["kernels"], prepared["biases"], prepared["out_w"], prepared["out_b"]
     conds = conditional_terms(prepared, conditional_input, dtype, L)
     out_c = conds[0] if L == 0 else None
-    starts = [tf.constant(a.astype(np.int32)) for a in layout.starts]
+    starts = tables["starts"]
 
     def body(t, x_t, states, extra_t):
         # 1. Outputs of the variable of degree t + 1, then its value.
@@ -81,10 +83,10 @@ def stepwise_loop(structure: Structure, layout: LoopTables, emit, noise, conditi
     extra_rows = tf.TensorArray(dtype, size=D, element_shape=tf.TensorShape([None]))
     init = (tf.constant(0), zeros(rows[0]), [zeros(n) for n in rows[1:]], extra_rows)
     _, x_t, _, extra_t = tf.while_loop(lambda t, *_: t < D, body, init, maximum_iterations=D)
-    return _in_variable_order(structure, x_t, extra_t.stack())
+    return _in_variable_order(structure, tables, x_t, extra_t.stack())
 
 
-def blocked_loop(structure: Structure, layout: LoopTables, emit, noise, conditional_input, prepared):
+def blocked_loop(structure: Structure, shape: LoopShape, emit, noise, conditional_input, prepared, tables):
     """The D steps in blocks of S consecutive degrees.
 
     Invariant at the start of a block (steps s ... s + S - 1): the state holds every
@@ -100,14 +102,13 @@ def blocked_loop(structure: Structure, layout: LoopTables, emit, noise, conditio
     """
     D, P, L = structure.event_size, structure.params_per_dim, len(structure.hidden_units)
     activation = structure.activation
-    S, rows, widths = layout.S, layout.rows, layout.widths
+    S, rows, widths = shape.S, shape.rows, shape.widths
     first = tf.nest.flatten(noise)[0]
     dtype, batch_size = first.dtype, tf.shape(first)[1]
     kernels, biases, out_w, out_b = prepared["kernels"], prepared["biases"], prepared["out_w"], prepared["out_b"]
     conds = conditional_terms(prepared, conditional_input, dtype, L)
     out_c = conds[0] if L == 0 else None
-    starts = [tf.constant(a.astype(np.int32)) for a in layout.starts]
-    finals = [tf.constant(f.astype(np.int32)) for f in layout.finals]
+    starts, finals = tables["starts"], tables["finals"]
 
     def block(k, states, extras, steps):
         """Block k: ``steps`` (static) steps from s = k S."""
@@ -169,4 +170,4 @@ def blocked_loop(structure: Structure, layout: LoopTables, emit, noise, conditio
     )
     if rest:  # the last, shorter block
         states, extras = block(tf.constant(full), states, extras, rest)
-    return _in_variable_order(structure, states[0], extras)
+    return _in_variable_order(structure, tables, states[0], extras)

@@ -2,8 +2,9 @@
 
 Nothing here holds a weight or a layer: `Structure` is a frozen view of a MADE's sizes,
 activation and degree bookkeeping (`SequentialPlan`), `Tuning` the knobs a caller may
-set, and `Schedule` the tuning resolved for one structure. Two MADEs of one structure
-and tuning share their compiled loops (`tfp_maf.sampling.runner`).
+set, and `Schedule` the tuning resolved for one structure. Two MADEs of the same sizes
+and tuning share their compiled loops (`tfp_maf.sampling.runner`), whatever their
+orders: the loops read the degrees as inputs (`LoopTables`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import tensorflow as tf
 
 from tfp_maf import devices
 
-__all__ = ["LoopTables", "Schedule", "SequentialPlan", "Structure", "Tuning"]
+__all__ = ["LoopShape", "LoopTables", "Schedule", "SequentialPlan", "Structure", "Tuning"]
 
 
 class SequentialPlan:
@@ -78,7 +79,12 @@ class Structure(NamedTuple):
 
     def key(self) -> tuple:
         return (self.event_size, self.hidden_units, self.params_per_dim, self.activation,
-                self.conditional_dims, self.plan.fingerprint)
+                self.conditional_dims, None if self.plan is None else self.plan.fingerprint)
+
+    def sizes(self) -> Structure:
+        """The structure without its degrees (``plan`` None): all that a compiled loop
+        reads of it, the degrees coming as its inputs (`LoopTables.tensors`)."""
+        return self._replace(plan=None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +194,19 @@ class Schedule(NamedTuple):
         return parts
 
 
+class LoopShape(NamedTuple):
+    """The sizes of a loop's state for a structure and block size, which shape its
+    compiled program: S, the blocks, the state's rows (variables, then each layer's
+    units) and the window widths. The degrees are not in it (`LoopTables` holds them,
+    as the loop's inputs), so the MADEs of a flow, which differ in their orders only,
+    share one program."""
+
+    S: int
+    n_blocks: int
+    rows: tuple
+    widths: tuple
+
+
 class LoopTables:
     """Static (NumPy) tables of the loop for a structure and a block size S (1: step by step).
 
@@ -195,21 +214,32 @@ class LoopTables:
     its units, padded by one window so that no window is ever clamped. For each block
     and each of these (variables, layer 1, ...): where its window starts, how many of
     the window's rows become final in the block, and the window's (static) width.
+    The sizes are `shape`; what depends on the degrees is given to the loop as tensors
+    (`tensors`).
     """
 
     def __init__(self, structure: Structure, S: int):
         plan = structure.plan
         D = plan.event_size
-        self.S = S
-        self.n_blocks = -(-D // S)
-        ends = np.minimum(np.arange(self.n_blocks + 1) * S, D)
-        self.starts, self.finals, self.widths = [ends[:-1]], [np.diff(ends)], [S]
+        n_blocks = -(-D // S)
+        ends = np.minimum(np.arange(n_blocks + 1) * S, D)
+        self.starts, self.finals, widths = [ends[:-1]], [np.diff(ends)], [S]
         for offsets in plan.offsets:
             at = offsets[ends]
             self.starts.append(at[:-1])
             self.finals.append(np.diff(at))
-            self.widths.append(max(1, int(np.max(self.finals[-1]))))
-        self.rows = [self.n_blocks * S] + [h + w for h, w in zip(structure.hidden_units, self.widths[1:], strict=True)]
+            widths.append(max(1, int(np.max(self.finals[-1]))))
+        rows = [n_blocks * S] + [h + w for h, w in zip(structure.hidden_units, widths[1:], strict=True)]
+        self.shape = LoopShape(S, n_blocks, tuple(rows), tuple(widths))
         # Output rows of variable i are i * P ... i * P + P - 1, sorted by its degree.
         P = structure.params_per_dim
         self.out_cols = (plan.var_at[:, None] * P + np.arange(P)[None, :]).reshape(-1)
+        self.inverse_order = np.argsort(plan.var_at)
+
+    def tensors(self) -> dict:
+        """What the loop reads of the degrees, as int32 tensors: each block's window
+        ``starts`` and ``finals`` (lists, one per row group) and the ``inverse_order``
+        from degree order back to the variables' order."""
+        as_tensor = lambda a: tf.constant(np.asarray(a, np.int32))  # noqa: E731
+        return {"starts": [as_tensor(a) for a in self.starts], "finals": [as_tensor(a) for a in self.finals],
+                "inverse_order": as_tensor(self.inverse_order)}

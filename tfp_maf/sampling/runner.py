@@ -1,4 +1,4 @@
-"""Runs a sequential pass: the compiled loop, shared per structure, over a batch of any size.
+"""Runs a sequential pass: the compiled loop, shared per MADE size, over a batch of any size.
 
 The loop (`tfp_maf.sampling.loops`) is compiled with XLA, which runs its D steps with
 in-place row updates and fused small ops: a step costs microseconds, where the graph
@@ -8,10 +8,12 @@ executor's copies of the state cost about a millisecond. Around it:
   XLA compiles one program per chunk size, never one per batch size;
 - on a CPU, slices of the batch run at once, one per core (`Schedule.parts_for`): an XLA
   loop runs on one core;
-- the compiled programs are kept per structure, tuning and ``emit`` in `_COMPILED`, and
-  close over no model: TF never frees an XLA program (its compilation cache has no
-  eviction), so a program per model would grow without bound in a process that builds
-  model after model;
+- the compiled programs are kept per size, tuning and ``emit`` in `_LOOPS`, and close
+  over no model and no degrees (the loops take those as inputs): the MADEs of a flow,
+  which differ in their orders only, share one program per chunk size (a MAF (5)
+  compiles one, not five), and since TF never frees an XLA program (its compilation
+  cache has no eviction), a process that builds model after model of one size keeps
+  no more;
 - a differentiable pass runs the loop again under TF for its gradient (XLA's while loop
   cannot be differentiated from outside it), unless `without_gradients` says none is wanted.
 """
@@ -30,10 +32,13 @@ from tfp_maf.sampling.layout import lay_out
 from tfp_maf.sampling.loops import run_loop
 from tfp_maf.sampling.plan import LoopTables, Schedule, Structure, Tuning
 
-__all__ = ["compiled_programs", "sequential_pass", "without_gradients"]
+__all__ = ["compiled_loops", "compiled_programs", "sequential_pass", "without_gradients"]
 
 #: ``(structure key, emit key, schedule) -> _Compiled``: shared by MADEs of one structure.
 _COMPILED: dict = {}
+
+#: ``(sizes key, emit key, loop shape, chunk) -> XLA-compiled loop``: shared by MADEs of one size.
+_LOOPS: dict = {}
 
 _WITHOUT_GRADIENTS = threading.local()
 
@@ -81,7 +86,7 @@ def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, 
     if key is None:
         layout = LoopTables(structure, schedule.block_steps)
         prepared = lay_out(structure, layout, weights, tf.nest.flatten(noise)[0].dtype)
-        return run_loop(structure, layout, emit, noise, conditional_input, prepared)
+        return run_loop(structure, layout.shape, emit, noise, conditional_input, prepared, layout.tensors())
     compiled = _compiled(structure, schedule, emit, key).outer
     frozen = lambda t: None if t is None else tf.stop_gradient(t)  # noqa: E731
     if getattr(_WITHOUT_GRADIENTS, "active", False):
@@ -118,7 +123,7 @@ def _unflatten(inputs, args):
 class _Compiled(NamedTuple):
     """A compiled sampler for one structure, schedule and ``emit``: the graph over the
     whole batch, and the XLA loops it calls on one chunk at a time (one per chunk size,
-    so each traces once)."""
+    so each traces once; shared with every structure of its sizes, `_loop`)."""
 
     outer: Callable
     loops: dict
@@ -129,12 +134,7 @@ def _compiled(structure: Structure, schedule: Schedule, emit: Callable, key) -> 
     full_key = (structure.key(), key, schedule)
     if full_key not in _COMPILED:
         layout = LoopTables(structure, schedule.block_steps)
-        loops = {
-            chunk: traced_on_purpose(
-                lambda noise, y, prepared: run_loop(structure, layout, emit, noise, y, prepared),
-                jit_compile=True)
-            for chunk in schedule.chunk_sizes
-        }
+        loops = {chunk: _loop(structure, layout.shape, emit, key, chunk) for chunk in schedule.chunk_sizes}
         # A graph (also when called eagerly), so that the parts' loops run at once; its
         # batch dimension relaxes to None on the second size, so it traces at most twice.
         outer = traced_on_purpose(
@@ -145,11 +145,32 @@ def _compiled(structure: Structure, schedule: Schedule, emit: Callable, key) -> 
     return _COMPILED[full_key]
 
 
+def _loop(structure: Structure, shape, emit: Callable, key, chunk: int) -> Callable:
+    """The XLA loop over one chunk for the sizes of ``structure`` and ``shape``: made
+    once, traced once (its inputs: the chunk, the laid-out weights and the degrees'
+    tables), whatever the MADE's orders."""
+    sizes = structure.sizes()
+    loop_key = (sizes.key(), key, shape, chunk)
+    if loop_key not in _LOOPS:
+        _LOOPS[loop_key] = traced_on_purpose(
+            lambda noise, y, prepared, tables: run_loop(sizes, shape, emit, noise, y, prepared, tables),
+            jit_compile=True)
+    return _LOOPS[loop_key]
+
+
+def compiled_loops() -> int:
+    """How many XLA programs of the loops this process holds: one per MADE size,
+    ``emit`` and chunk size sampled so far, however many MADEs of those sizes (TF
+    never frees them). For tests and diagnostics."""
+    return sum(f.experimental_get_tracing_count() for f in _LOOPS.values())
+
+
 def compiled_programs(structure: Structure) -> dict:
     """``{key: (graph traces, XLA programs)}`` of the compiled samplers of ``structure``,
     one entry per ``emit`` key and schedule. Both stay bounded, whatever batch sizes are
     sampled: at most two traces of the graph (a static, then a relaxed batch size) and
-    one XLA program per chunk size. For tests and diagnostics."""
+    one XLA program per chunk size (shared with the structures of the same sizes). For
+    tests and diagnostics."""
     return {
         full_key[1:]: (c.outer.experimental_get_tracing_count(),
                        sum(f.experimental_get_tracing_count() for f in c.loops.values()))
@@ -164,18 +185,20 @@ def _sample_graph(structure, schedule, layout, loops, noise, conditional_input, 
     static, each chunk a call of its XLA loop."""
     first = tf.nest.flatten(noise)[0]
     prepared = lay_out(structure, layout, weights, first.dtype)
+    tables = layout.tensors()
     sizes, static = schedule.chunk_sizes, first.shape[1]
 
     def run(chunk):
+        loop = lambda noise_c, y_c, prepared_: loops[chunk](noise_c, y_c, prepared_, tables)  # noqa: E731
         # A chunk size below the largest is chosen only for a batch that fits in one
         # chunk: one call of its loop, without the loop over chunks.
         if chunk != sizes[-1] or (static is not None and static <= chunk):
             return _unless_empty(structure, noise, lambda: _one_chunk(
-                loops[chunk], chunk, noise, conditional_input, prepared))
+                loop, chunk, noise, conditional_input, prepared))
         # Concurrent parts only for full chunks: a smaller batch fits in one.
         parts = schedule.parts_for(static)
         return _unless_empty(structure, noise, lambda: _in_parts(
-            structure, loops[chunk], parts, chunk, noise, conditional_input, prepared))
+            structure, loop, parts, chunk, noise, conditional_input, prepared))
 
     if static is not None:
         return run(next((c for c in sizes if c >= static), sizes[-1]))
