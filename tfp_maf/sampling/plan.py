@@ -234,12 +234,15 @@ class LoopTables:
         # Output rows of variable i are i * P ... i * P + P - 1, sorted by its degree.
         P = structure.params_per_dim
         self.out_cols = (plan.var_at[:, None] * P + np.arange(P)[None, :]).reshape(-1)
-        self.inverse_order = np.argsort(plan.var_at)
+        self.var_at, self.unit_order, self.inverse_order = plan.var_at, plan.unit_order, np.argsort(plan.var_at)
 
     def tensors(self) -> dict:
-        """What the loop reads of the degrees, as int32 tensors: each block's window
-        ``starts`` and ``finals`` (lists, one per row group) and the ``inverse_order``
-        from degree order back to the variables' order."""
+        """What depends on the degrees, as int32 tensors, the inputs of a compiled
+        sampler: the sort orders that lay the weights out (``var_at``, ``unit_order``,
+        one per hidden layer, and ``out_cols``), each block's window ``starts`` and
+        ``finals`` (one list entry per row group), and the ``inverse_order`` from degree
+        order back to the variables' order."""
         as_tensor = lambda a: tf.constant(np.asarray(a, np.int32))  # noqa: E731
-        return {"starts": [as_tensor(a) for a in self.starts], "finals": [as_tensor(a) for a in self.finals],
-                "inverse_order": as_tensor(self.inverse_order)}
+        return {"var_at": as_tensor(self.var_at), "unit_order": [as_tensor(a) for a in self.unit_order],
+                "out_cols": as_tensor(self.out_cols), "starts": [as_tensor(a) for a in self.starts],
+                "finals": [as_tensor(a) for a in self.finals], "inverse_order": as_tensor(self.inverse_order)}

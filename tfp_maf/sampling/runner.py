@@ -8,12 +8,12 @@ executor's copies of the state cost about a millisecond. Around it:
   XLA compiles one program per chunk size, never one per batch size;
 - on a CPU, slices of the batch run at once, one per core (`Schedule.parts_for`): an XLA
   loop runs on one core;
-- the compiled programs are kept per size, tuning and ``emit`` in `_LOOPS`, and close
-  over no model and no degrees (the loops take those as inputs): the MADEs of a flow,
-  which differ in their orders only, share one program per chunk size (a MAF (5)
-  compiles one, not five), and since TF never frees an XLA program (its compilation
-  cache has no eviction), a process that builds model after model of one size keeps
-  no more;
+- the compiled sampler (the graph and its XLA programs) is kept per size, tuning and
+  ``emit`` in `_COMPILED`, and closes over no model and no degrees (it takes those as
+  inputs): the MADEs of a flow, which differ in their orders only, share it (a MAF (5)
+  traces one graph and compiles one program per chunk size, not five), and since TF
+  never frees an XLA program (its compilation cache has no eviction), a process that
+  builds model after model of one size keeps no more;
 - a differentiable pass runs the loop again under TF for its gradient (XLA's while loop
   cannot be differentiated from outside it), unless `without_gradients` says none is wanted.
 """
@@ -30,15 +30,12 @@ import tensorflow as tf
 from tfp_maf._platform.graph_memory import traced_on_purpose
 from tfp_maf.sampling.layout import lay_out
 from tfp_maf.sampling.loops import run_loop
-from tfp_maf.sampling.plan import LoopTables, Schedule, Structure, Tuning
+from tfp_maf.sampling.plan import LoopShape, LoopTables, Schedule, Structure, Tuning
 
 __all__ = ["compiled_loops", "compiled_programs", "sequential_pass", "without_gradients"]
 
-#: ``(structure key, emit key, schedule) -> _Compiled``: shared by MADEs of one structure.
+#: ``(sizes key, emit key, schedule, loop shape) -> _Compiled``: shared by the MADEs of one size.
 _COMPILED: dict = {}
-
-#: ``(sizes key, emit key, loop shape, chunk) -> XLA-compiled loop``: shared by MADEs of one size.
-_LOOPS: dict = {}
 
 _WITHOUT_GRADIENTS = threading.local()
 
@@ -83,11 +80,13 @@ def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, 
       ``(x, extra)``, both ``[B, D]`` in the variables' own order.
     """
     schedule = Schedule.of(structure, tuning or Tuning())
+    layout = LoopTables(structure, schedule.block_steps)
+    tables = layout.tensors()
     if key is None:
-        layout = LoopTables(structure, schedule.block_steps)
-        prepared = lay_out(structure, layout, weights, tf.nest.flatten(noise)[0].dtype)
-        return run_loop(structure, layout.shape, emit, noise, conditional_input, prepared, layout.tensors())
-    compiled = _compiled(structure, schedule, emit, key).outer
+        prepared = lay_out(structure, layout.shape, weights, tf.nest.flatten(noise)[0].dtype, tables)
+        return run_loop(structure, layout.shape, emit, noise, conditional_input, prepared, tables)
+    outer = _compiled(structure.sizes(), schedule, layout.shape, emit, key).outer
+    compiled = lambda noise_, y_, weights_: outer(noise_, y_, weights_, tables)  # noqa: E731
     frozen = lambda t: None if t is None else tf.stop_gradient(t)  # noqa: E731
     if getattr(_WITHOUT_GRADIENTS, "active", False):
         return compiled(*tf.nest.map_structure(frozen, (noise, conditional_input, weights)))
@@ -121,48 +120,40 @@ def _unflatten(inputs, args):
 
 
 class _Compiled(NamedTuple):
-    """A compiled sampler for one structure, schedule and ``emit``: the graph over the
-    whole batch, and the XLA loops it calls on one chunk at a time (one per chunk size,
-    so each traces once; shared with every structure of its sizes, `_loop`)."""
+    """A compiled sampler for one size, schedule and ``emit``: the graph over the whole
+    batch, and the XLA loops it calls on one chunk at a time (one per chunk size, so
+    each traces once). Both take the degrees' tables as inputs."""
 
     outer: Callable
     loops: dict
 
 
-def _compiled(structure: Structure, schedule: Schedule, emit: Callable, key) -> _Compiled:
-    """The shared compiled sampler of ``structure``, ``schedule`` and ``emit`` (made once)."""
-    full_key = (structure.key(), key, schedule)
+def _compiled(sizes: Structure, schedule: Schedule, shape: LoopShape, emit: Callable, key) -> _Compiled:
+    """The shared compiled sampler of ``sizes`` (a `Structure` without its degrees),
+    ``schedule``, ``shape`` and ``emit``: made once, whatever the MADE's orders."""
+    full_key = (sizes.key(), key, schedule, shape)
     if full_key not in _COMPILED:
-        layout = LoopTables(structure, schedule.block_steps)
-        loops = {chunk: _loop(structure, layout.shape, emit, key, chunk) for chunk in schedule.chunk_sizes}
+        loops = {
+            chunk: traced_on_purpose(
+                lambda noise, y, prepared, tables: run_loop(sizes, shape, emit, noise, y, prepared, tables),
+                jit_compile=True)
+            for chunk in schedule.chunk_sizes
+        }
         # A graph (also when called eagerly), so that the parts' loops run at once; its
         # batch dimension relaxes to None on the second size, so it traces at most twice.
         outer = traced_on_purpose(
-            lambda noise, y, weights: _sample_graph(structure, schedule, layout, loops, noise, y, weights),
+            lambda noise, y, weights, tables: _sample_graph(sizes, schedule, shape, loops, noise, y, weights, tables),
             reduce_retracing=True,
         )
         _COMPILED[full_key] = _Compiled(outer, loops)
     return _COMPILED[full_key]
 
 
-def _loop(structure: Structure, shape, emit: Callable, key, chunk: int) -> Callable:
-    """The XLA loop over one chunk for the sizes of ``structure`` and ``shape``: made
-    once, traced once (its inputs: the chunk, the laid-out weights and the degrees'
-    tables), whatever the MADE's orders."""
-    sizes = structure.sizes()
-    loop_key = (sizes.key(), key, shape, chunk)
-    if loop_key not in _LOOPS:
-        _LOOPS[loop_key] = traced_on_purpose(
-            lambda noise, y, prepared, tables: run_loop(sizes, shape, emit, noise, y, prepared, tables),
-            jit_compile=True)
-    return _LOOPS[loop_key]
-
-
 def compiled_loops() -> int:
     """How many XLA programs of the loops this process holds: one per MADE size,
     ``emit`` and chunk size sampled so far, however many MADEs of those sizes (TF
     never frees them). For tests and diagnostics."""
-    return sum(f.experimental_get_tracing_count() for f in _LOOPS.values())
+    return sum(f.experimental_get_tracing_count() for c in _COMPILED.values() for f in c.loops.values())
 
 
 def compiled_programs(structure: Structure) -> dict:
@@ -175,30 +166,31 @@ def compiled_programs(structure: Structure) -> dict:
         full_key[1:]: (c.outer.experimental_get_tracing_count(),
                        sum(f.experimental_get_tracing_count() for f in c.loops.values()))
         for full_key, c in _COMPILED.items()
-        if full_key[0] == structure.key()
+        if full_key[0] == structure.sizes().key()
     }
 
 
-def _sample_graph(structure, schedule, layout, loops, noise, conditional_input, weights):
+def _sample_graph(structure, schedule, shape, loops, noise, conditional_input, weights, tables):
     """The pass over a batch of any size: the weights laid out once, the batch cut into
     chunks of one of the schedule's sizes, chosen at run time when the batch size is not
     static, each chunk a call of its XLA loop."""
     first = tf.nest.flatten(noise)[0]
-    prepared = lay_out(structure, layout, weights, first.dtype)
-    tables = layout.tensors()
+    prepared = lay_out(structure, shape, weights, first.dtype, tables)
     sizes, static = schedule.chunk_sizes, first.shape[1]
 
     def run(chunk):
         loop = lambda noise_c, y_c, prepared_: loops[chunk](noise_c, y_c, prepared_, tables)  # noqa: E731
         # A chunk size below the largest is chosen only for a batch that fits in one
         # chunk: one call of its loop, without the loop over chunks.
+        # An empty batch padded to a chunk is rows like any other: no guard at run time.
         if chunk != sizes[-1] or (static is not None and static <= chunk):
             return _unless_empty(structure, noise, lambda: _one_chunk(
-                loop, chunk, noise, conditional_input, prepared))
-        # Concurrent parts only for full chunks: a smaller batch fits in one.
+                loop, chunk, noise, conditional_input, prepared), may_be_empty=False)
+        # Concurrent parts only for full chunks: a smaller batch fits in one. Only the
+        # first size can meet an empty batch.
         parts = schedule.parts_for(static)
         return _unless_empty(structure, noise, lambda: _in_parts(
-            structure, loop, parts, chunk, noise, conditional_input, prepared))
+            structure, loop, parts, chunk, noise, conditional_input, prepared), may_be_empty=chunk == sizes[0])
 
     if static is not None:
         return run(next((c for c in sizes if c >= static), sizes[-1]))
@@ -232,13 +224,17 @@ def _in_parts(structure, loop, parts: int, chunk: int, noise, conditional_input,
     return tuple(tf.concat(o, axis=0)[:batch] for o in zip(*outs, strict=True))
 
 
-def _unless_empty(structure, noise, run):
-    """``run()``, or two ``[0, D]`` outputs for an empty batch (XLA cannot loop over none)."""
+def _unless_empty(structure, noise, run, may_be_empty: bool):
+    """``run()``, or two ``[0, D]`` outputs for an empty batch (XLA cannot loop over
+    none): decided when traced for a static batch size, else at run time where the batch
+    ``may_be_empty`` (a run-time guard is a branch of its own for TF to optimise)."""
     first = tf.nest.flatten(noise)[0]
     empty = tf.zeros([0, structure.event_size], first.dtype)
     batch = first.shape[1]
     if batch is not None:
         return (empty, empty) if batch == 0 else run()
+    if not may_be_empty:
+        return run()
     return tf.cond(tf.shape(first)[1] > 0, run, lambda: (empty, empty))
 
 
