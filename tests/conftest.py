@@ -95,3 +95,27 @@ def zoo_model(name: str, event_size: int, **kwargs):
 
     takes = km.zoo.model_keywords(name)
     return km.build(name, event_size, **{key: value for key, value in kwargs.items() if key in takes})
+
+
+# The longest tests (``--durations`` on 2 cores: 20 to 100 s each, with their fixtures) start
+# first, so that a parallel run (pytest-xdist) ends on short tests rather than on one worker
+# finishing a long test while the others wait. Only the order changes; within a group, and
+# for every other test, the collection's order stays.
+_LONGEST_FIRST = (
+    "tests/test_serving_runtimes.py::test_every_cell_runs_in_tensorflows_session_loader_and_saved_model_cli",
+    "tests/test_reliability.py::test_maf_with_batch_norm_stays_at_the_entropy_of_a_standard_normal",
+    "tests/test_reliability.py::test_a_run_killed_mid_epoch_resumes_to_the_same_result",
+    "tests/test_distributed.py::",  # its module's fixture trains in a fresh process
+    "tests/test_docs_blocks.py::",
+    "tests/test_tutorials.py::",
+    "tests/test_keras_models.py::test_cli_trains_evaluates_and_samples",
+    "tests/test_properties.py::",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def group(item):
+        return next((i for i, prefix in enumerate(_LONGEST_FIRST) if item.nodeid.startswith(prefix)),
+                    len(_LONGEST_FIRST))
+
+    items.sort(key=group)
