@@ -57,14 +57,15 @@ __all__ = [
 ]
 
 
-def _decide_xla(model, train_ds, patience: int) -> None:
+def _decide_xla(model, train_ds, patience: int, max_epochs: int) -> None:
     """For a model compiled with ``jit_compile="auto"`` whose train step is not made
-    yet: no XLA if even the shortest early-stopped run (``patience + 1`` epochs) takes
-    fewer than `XLA_BREAK_EVEN_STEPS` steps."""
+    yet: no XLA if even the shortest run takes fewer than `XLA_BREAK_EVEN_STEPS` steps.
+    The shortest run stops early after ``patience + 1`` epochs, or ends after
+    ``max_epochs`` if fewer."""
     if model not in _XLA_AUTO or model.train_function is not None:
         return
     steps = int(train_ds.cardinality()) if isinstance(train_ds, tf.data.Dataset) else -1
-    if 0 < steps and steps * (patience + 1) < XLA_BREAK_EVEN_STEPS:
+    if 0 < steps and steps * min(patience + 1, max_epochs) < XLA_BREAK_EVEN_STEPS:
         model.jit_compile = False
         if _XLA_AUTO[model]:
             # Keras' multi-step loop (a while loop and a cond around the step) adds about
@@ -123,10 +124,11 @@ def compile_as_paper(model: DensityModel, model_name: str = "maf5", jit_compile=
     XLA where it pays: it makes every measured model's steps faster on CPU
     (`docs/performance.md`), but compiling costs seconds before the first step. With
     ``jit_compile="auto"`` (the default) the model compiles with XLA, and `fit_as_paper`
-    turns XLA off for a run too short to repay it: one whose shortest early-stopped
-    length, ``(patience + 1)`` epochs of the training pipeline's steps, is under
-    `XLA_BREAK_EVEN_STEPS` (a small dataset: 1,200 rows of batch 100 take 12 steps an
-    epoch). ``True`` or ``False`` decides for every run.
+    turns XLA off for a run too short to repay it: one whose shortest length,
+    ``patience + 1`` epochs of the training pipeline's steps (early stopping's earliest
+    stop) or ``max_epochs`` if fewer, is under `XLA_BREAK_EVEN_STEPS` (a small dataset:
+    1,200 rows of batch 100 take 12 steps an epoch; a trial of two epochs). ``True`` or
+    ``False`` decides for every run.
 
     ``steps_per_execution`` steps run per call into the compiled loop (default 10, and 1
     where `fit_as_paper` turns XLA off: a run that short is quicker without the loop's
@@ -261,7 +263,7 @@ def fit_as_paper(
     """
     if model.fit_in_closed_form(x_train, y_train):
         return None, {"epochs": 0, "early_stopped": True, "closed_form": True}
-    _decide_xla(model, train_ds, patience)
+    _decide_xla(model, train_ds, patience, max_epochs)
     stopper = keras.callbacks.EarlyStopping(
         monitor="val_loss", patience=patience, restore_best_weights=True
     )

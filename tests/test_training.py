@@ -113,25 +113,26 @@ def test_jit_compile_trains_and_matches_the_graph_loss():
     assert model.evaluate(val, verbose=0) == pytest.approx(jit_loss, rel=1e-4)
 
 
-@pytest.mark.parametrize(("rows", "xla"), [(200, False), (10_000, True)], ids=["short run", "long run"])
-def test_auto_xla_is_off_for_a_run_too_short_to_repay_compiling(rows, xla):
-    """jit_compile="auto": XLA unless (patience + 1) epochs take fewer steps than
-    XLA_BREAK_EVEN_STEPS, and one step per call without it unless steps_per_execution
-    was given; True and False are kept as given."""
+@pytest.mark.parametrize(("rows", "max_epochs", "xla"), [(200, 1000, False), (10_000, 1000, True), (10_000, 2, False)],
+                         ids=["short run", "long run", "few epochs"])
+def test_auto_xla_is_off_for_a_run_too_short_to_repay_compiling(rows, max_epochs, xla):
+    """jit_compile="auto": XLA unless (patience + 1) epochs, or max_epochs if fewer, take
+    fewer steps than XLA_BREAK_EVEN_STEPS, and one step per call without it unless
+    steps_per_execution was given; True and False are kept as given."""
     from keras_models.data.pipeline import array_dataset
 
     x = np.random.default_rng(0).normal(size=(rows, 2)).astype(np.float32)
     train = array_dataset(x, batch_size=100)
     model = training.compile_as_paper(km.MADE(2, hidden_units=[4]), "made")  # "auto"
     assert model.jit_compile is True  # until fit_as_paper knows the run
-    training._decide_xla(model, train, patience=30)  # what fit_as_paper does first
-    assert model.jit_compile is xla, (rows, training.XLA_BREAK_EVEN_STEPS)
+    training._decide_xla(model, train, patience=30, max_epochs=max_epochs)  # what fit_as_paper does first
+    assert model.jit_compile is xla, (rows, max_epochs, training.XLA_BREAK_EVEN_STEPS)
     assert model.steps_per_execution == (10 if xla else 1)
     fixed = training.compile_as_paper(km.MADE(2, hidden_units=[4]), "made", jit_compile=True)
-    training._decide_xla(fixed, train, patience=30)
+    training._decide_xla(fixed, train, patience=30, max_epochs=max_epochs)
     assert fixed.jit_compile is True
     given = training.compile_as_paper(km.MADE(2, hidden_units=[4]), "made", steps_per_execution=5)
-    training._decide_xla(given, train, patience=30)
+    training._decide_xla(given, train, patience=30, max_epochs=max_epochs)
     assert (given.jit_compile, given.steps_per_execution) == (xla, 5)
 
 
