@@ -38,15 +38,17 @@ def _traces(model) -> dict:
     return {key: f.experimental_get_tracing_count() for key, f in model.__dict__.get("_traced_calls", {}).items()}
 
 
+def _mades(model) -> list:
+    return [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADENetwork)]
+
+
 def _programs(model) -> list:
-    mades = [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADENetwork)]
-    return [p for m in mades for p in sampling.compiled_programs(sampling.Structure.of(m)).values()]
+    return [p for m in _mades(model) for p in sampling.compiled_programs(sampling.Structure.of(m)).values()]
 
 
 def _tune(model, **tuning):
-    for made in model._flatten_layers():
-        if isinstance(made, tfp_maf.MADENetwork):
-            made.sampling_tuning = sampling.Tuning(**tuning)
+    for made in _mades(model):
+        made.sampling_tuning = sampling.Tuning(**tuning)
 
 
 @pytest.mark.parametrize("name, conditional",
@@ -65,7 +67,7 @@ def test_calls_of_every_size_trace_and_compile_a_bounded_number_of_times(name, c
         model.sample(n, y=y_row)
         model.log_prob(rng.normal(size=(n, D)).astype(np.float32), None if y_row is None else np.tile(y_row, (n, 1)))
     assert _traces(model) == traces and all(count <= 2 for count in traces.values()), traces
-    mades = [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADENetwork)]
+    mades = _mades(model)
     schedules = [sampling.Schedule.of(sampling.Structure.of(m), m.sampling_tuning or sampling.Tuning()) for m in mades]
     chunk_sizes = max(len(s.chunk_sizes) for s in schedules)
     now = _programs(model)
@@ -139,8 +141,7 @@ def test_the_mades_of_a_flow_share_one_xla_program_per_chunk_size():
     # orders are the loop's inputs, not part of its program. (Sizes no other test uses.)
     model = zoo_model("maf5", 6, hidden_units=[12], num_layers=3)
     _tune(model, chunk_rows=16)  # one chunk size
-    mades = [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADENetwork)]
-    assert len({sampling.Structure.of(m).key() for m in mades}) == 2  # two orders, alternating
+    assert len({sampling.Structure.of(m).key() for m in _mades(model)}) == 2  # two orders, alternating
     before = sampling.compiled_loops()
     model.sample(5)
     assert sampling.compiled_loops() == before + 1
