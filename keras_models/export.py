@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from keras_models._checks import unpack
 from tfp_maf._platform import compat
-from tfp_maf.sampling import full_passes
+from tfp_maf.sampling import full_passes, without_xla
 
 __all__ = ["export_saved_model"]
 
@@ -60,7 +60,9 @@ def export_saved_model(model, path: str, verbose: bool = False, input_signature=
     (``serve((x, y))``), checked as the signatures are. ``keras.layers.TFSMLayer(path)``
     reloads ``serve`` as a layer (with ``dtype="float64"`` for a float64 model: the
     layer casts its inputs to its own dtype). The SavedModel needs TensorFlow only:
-    it loads where tfp_maf, TFP and Keras are not installed.
+    it loads where tfp_maf, TFP and Keras are not installed. It holds no XLA program
+    (the samplers are traced within `tfp_maf.sampling.without_xla`), so TF Serving
+    runs every signature with its default flags, XLA's JIT off.
 
     ``model.export(path)`` calls this.
 
@@ -147,8 +149,9 @@ def export_saved_model(model, path: str, verbose: bool = False, input_signature=
     endpoints = {"serve": serve, "log_prob": log_prob, "sample": sample, "sample_from_noise": sample_from_noise}
     signatures = {}
     for name, fn in endpoints.items():
-        if portable:
-            fn = _within(full_passes, fn)
+        # No XLA program in the graph: TF Serving runs none unless started with
+        # --xla_cpu_compilation_enabled=true (`tfp_maf.sampling.without_xla`).
+        fn = _within(full_passes if portable else without_xla, fn)
         # The attribute returns the tensor itself (TFSMLayer reads ``serve`` so); the
         # signature calls it and names its output, the key TF Serving's clients read.
         # `save` traces both, in its own context, so the attribute is traced once.

@@ -6,8 +6,8 @@ and float64, and a context network. In one process without tfp_maf, TFP and Kera
 signature of every cell runs through ``saved_model_cli run``, which is the session loader
 (``loader.load`` into a Session, then ``Session.run`` on the signature's tensors): the
 ``main`` its console script calls, given each command line, so that TensorFlow is imported
-once rather than once a command. The ``saved_model_cli`` executable itself runs one cell.
-Each gives the Python API's values.
+once rather than once a command, with XLA's JIT off as TF Serving has it by default. The
+``saved_model_cli`` executable itself runs one cell. Each gives the Python API's values.
 """
 
 from __future__ import annotations
@@ -85,12 +85,26 @@ def _expected(model, feeds, sample=True):
 # console-script entry point, as installed), given each command line in turn (absl keeps
 # flags between parses: unparse_flags resets them). Its run is TensorFlow's session loader:
 # `loader.load` into a Session, then `Session.run` on the signature's tensors.
+#
+# XLA's JIT is off, as in TF Serving: its main calls tensorflow::DisableXlaCompilation() unless
+# started with --xla_cpu_compilation_enabled=true (off by default), and a graph holding an XLA
+# program then fails on its first call. TF's Python API has no such switch: the C++ function is
+# called from TF's library (the symbol of TensorFlow 2.20 and 2.21 on Linux).
 CLI_CLIENT = """
-import json, sys
+import ctypes, json, os, sys
 from importlib.metadata import entry_points
 for name in ("tfp_maf", "keras_models", "tensorflow_probability", "keras", "tf_keras"):
     sys.modules[name] = None
 from absl import flags
+import tensorflow as tf
+
+library = ctypes.CDLL(os.path.join(os.path.dirname(tf.__file__), "libtensorflow_cc.so.2"))
+library._ZN10tensorflow21DisableXlaCompilationEv()
+try:
+    tf.function(lambda: tf.constant(1.0) + 1.0, jit_compile=True)()
+    raise AssertionError("XLA still compiles: the loader would not run as TF Serving's does")
+except tf.errors.InternalError as refused:
+    assert "XLA compilation disabled" in str(refused), refused
 
 (script,) = entry_points(group="console_scripts", name="saved_model_cli")
 main = script.load()

@@ -16,6 +16,7 @@ becomes final: about the work of one forward pass, spread over D steps.
 | `layout` | the weights laid out as the loops read them |
 | `loops` | the D-step loops, step by step and in blocks of degrees |
 | `runner` | `sequential_pass`: the compiled loops, shared per size, over batches of any size |
+|  | (`without_xla`: the same loops without XLA, for graphs served where XLA is off) |
 | `made` | what the engine reads of a `tfp_maf.layers.MADENetwork`, and `sample_sequentially` |
 | `full_passes` | the textbook loop instead, for graphs that leave TensorFlow (ONNX, LiteRT) |
 
@@ -48,8 +49,9 @@ from tfp_maf.sampling.runner import (
            compiled_programs,
            sequential_pass,
            without_gradients,
+           without_xla,
 )
 
 __all__ = ["Schedule", "SequentialPlan", "Structure", "Tuning", "can_sample", "compiled_loops", "compiled_programs",
            "full_passes", "full_passes_active", "sample_sequentially", "sequential_pass", "weights_of",
-           "without_gradients"]
+           "without_gradients", "without_xla"]

@@ -15,7 +15,9 @@ executor's copies of the state cost about a millisecond. Around it:
   never frees an XLA program (its compilation cache has no eviction), a process that
   builds model after model of one size keeps no more;
 - a differentiable pass runs the loop again under TF for its gradient (XLA's while loop
-  cannot be differentiated from outside it), unless `without_gradients` says none is wanted.
+  cannot be differentiated from outside it), unless `without_gradients` says none is wanted;
+- a graph meant for a runtime without XLA is traced within `without_xla`: the same loop,
+  run by TensorFlow's executor (no chunks, no parts).
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ from tfp_maf.sampling.layout import lay_out
 from tfp_maf.sampling.loops import run_loop
 from tfp_maf.sampling.plan import LoopShape, LoopTables, Schedule, Structure, Tuning
 
-__all__ = ["compiled_loops", "compiled_programs", "sequential_pass", "without_gradients"]
+__all__ = ["compiled_loops", "compiled_programs", "sequential_pass", "without_gradients", "without_xla"]
 
 #: ``(sizes key, emit key, schedule, loop shape) -> _Compiled``: shared by the MADEs of one size.
 _COMPILED: dict = {}
 
 _WITHOUT_GRADIENTS = threading.local()
+_WITHOUT_XLA = threading.local()
 
 
 @contextlib.contextmanager
@@ -57,6 +60,40 @@ def without_gradients():
         _WITHOUT_GRADIENTS.active = before
 
 
+@contextlib.contextmanager
+def without_xla():
+    """Within it (while a function is traced), `sequential_pass` runs its loop with
+    TensorFlow's executor rather than as an XLA program.
+
+    For graphs that run where XLA cannot compile: TF Serving disables XLA's JIT unless
+    started with ``--xla_cpu_compilation_enabled=true``, and a graph with an XLA program
+    then fails on its first call ("XLA compilation disabled"); its GPU images carry no
+    XLA compiler for the GPU either. The samples are the same up to rounding; the loop
+    costs about the XLA program's time at small batches and up to twice it at large
+    ones (`docs/serving.md`). `keras_models.DensityModel.export` traces within it.
+
+    Example:
+
+    >>> import numpy as np, tensorflow as tf
+    >>> from tfp_maf import MADENetwork, MaskedAutoregressive
+    >>> made = MADENetwork(3, hidden_units=[8], output_kernel_initializer="glorot_uniform", seed=0)
+    >>> maf = MaskedAutoregressive(made)
+    >>> u = np.random.RandomState(0).standard_normal((4, 3)).astype(np.float32)
+    >>> @tf.function
+    ... def forward(u):
+    ...     with without_xla():
+    ...         return maf.forward(u)
+    >>> bool(np.allclose(forward(u), maf.forward(u), atol=1e-5))
+    True
+    """
+    before = getattr(_WITHOUT_XLA, "active", False)
+    _WITHOUT_XLA.active = True
+    try:
+        yield
+    finally:
+        _WITHOUT_XLA.active = before
+
+
 def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, conditional_input=None,
                     key=None, tuning: Tuning | None = None):
     """Runs the MADE once over D steps, setting the variables in order.
@@ -73,7 +110,8 @@ def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, 
         second the batch, e.g. ``[D, B]``; passed to ``emit``.
       conditional_input: ``[B, K]`` or None.
       key: hashable; when given, the loop is compiled with XLA once per ``key`` and
-        structure, and reused. Callers pass the same ``emit`` for the same key.
+        structure, and reused (unless within `without_xla`). Callers pass the same
+        ``emit`` for the same key.
       tuning: block size, chunk rows and parts (`Tuning`; default: chosen from the sizes).
 
     Returns:
@@ -82,7 +120,7 @@ def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, 
     schedule = Schedule.of(structure, tuning or Tuning())
     layout = LoopTables(structure, schedule.block_steps)
     tables = layout.tensors()
-    if key is None:
+    if key is None or getattr(_WITHOUT_XLA, "active", False):
         prepared = lay_out(structure, layout.shape, weights, tf.nest.flatten(noise)[0].dtype, tables)
         return run_loop(structure, layout.shape, emit, noise, conditional_input, prepared, tables)
     outer = _compiled(structure.sizes(), schedule, layout.shape, emit, key).outer
