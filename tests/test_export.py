@@ -203,3 +203,16 @@ def test_loaded_functions_return_tensors_and_check_as_the_signatures_do(exported
         loaded.sample(tf.constant(-2), tf.constant([1, 2]), tf.constant([0.0, 1.0]))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"maf: expected y with 2 columns, got shape \[3\]"):
         loaded.sample(tf.constant(3), tf.constant([1, 2]), tf.constant([0.0, 1.0, 0.0]))
+
+
+@pytest.mark.parametrize("which", ["conditional", "unconditional"])
+def test_the_saved_model_holds_no_xla_program(exported, which):
+    """TF Serving turns XLA's JIT off by default: a function that must be XLA-compiled
+    fails there on its first call. (``test_serving_runtimes`` runs every signature so.)"""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    with open(f"{exported[which][1]}/saved_model.pb", "rb") as f:
+        saved.ParseFromString(f.read())
+    functions = saved.meta_graphs[0].graph_def.library.function
+    assert functions and not [f.signature.name for f in functions if f.attr["_XlaMustCompile"].b]
