@@ -52,25 +52,21 @@ def without_gradients():
     traced graph: a process that traces samplers for many models keeps them all.
     Callers that only want values (`keras_models.DensityModel.sample`) trace under this.
     """
-    before = getattr(_WITHOUT_GRADIENTS, "active", False)
-    _WITHOUT_GRADIENTS.active = True
-    try:
+    with _switched_on(_WITHOUT_GRADIENTS):
         yield
-    finally:
-        _WITHOUT_GRADIENTS.active = before
 
 
 @contextlib.contextmanager
 def without_xla():
-    """Within it (while a function is traced), `sequential_pass` runs its loop with
-    TensorFlow's executor rather than as an XLA program.
+    """Within it (while a function is traced, or eagerly), `sequential_pass` runs its
+    loop with TensorFlow's executor rather than as an XLA program.
 
     For graphs that run where XLA cannot compile: TF Serving disables XLA's JIT unless
     started with ``--xla_cpu_compilation_enabled=true``, and a graph with an XLA program
     then fails on its first call ("XLA compilation disabled"); its GPU images carry no
     XLA compiler for the GPU either. The samples are the same up to rounding; the loop
-    costs about the XLA program's time at small batches and up to twice it at large
-    ones (`docs/serving.md`). `keras_models.DensityModel.export` traces within it.
+    takes 1.1x to 2.5x the XLA program's time for 100 draws and 2x to 4x for 1,000
+    (`benchmarks/sampling.py`). `keras_models.DensityModel.export` traces within it.
 
     Example:
 
@@ -86,12 +82,19 @@ def without_xla():
     >>> bool(np.allclose(forward(u), maf.forward(u), atol=1e-5))
     True
     """
-    before = getattr(_WITHOUT_XLA, "active", False)
-    _WITHOUT_XLA.active = True
+    with _switched_on(_WITHOUT_XLA):
+        yield
+
+
+@contextlib.contextmanager
+def _switched_on(flag: threading.local):
+    """Sets ``flag.active`` in this thread for the block, then restores it (nests)."""
+    before = getattr(flag, "active", False)
+    flag.active = True
     try:
         yield
     finally:
-        _WITHOUT_XLA.active = before
+        flag.active = before
 
 
 def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, conditional_input=None,
