@@ -89,7 +89,7 @@ def _expected(model, feeds, sample=True):
 # XLA's JIT is off, as in TF Serving: its main calls tensorflow::DisableXlaCompilation() unless
 # started with --xla_cpu_compilation_enabled=true (off by default), and a graph holding an XLA
 # program then fails on its first call. TF's Python API has no such switch: the C++ function is
-# called from TF's library (the symbol of TensorFlow 2.20 and 2.21 on Linux).
+# called from TF's library (the symbol as TensorFlow 2.21 exports it on Linux).
 CLI_CLIENT = """
 import ctypes, json, os, sys
 from importlib.metadata import entry_points
