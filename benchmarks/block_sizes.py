@@ -38,6 +38,7 @@ from _common import fit_rounds, header, report, run_info, whole_executions  # no
 import keras_models as km  # noqa: E402
 import tfp_maf  # noqa: E402
 from keras_models import data, training  # noqa: E402
+from tfp_maf.layers import sublayers
 
 #: (name, D, hidden units, batch, steps a timed `fit` call): about a second of training each.
 CASES = (("mnist", 784, [1024], 100, 50), ("mnist", 784, [1024], 1000, 10), ("mnist MADE MoG", 784, [1024], 100, 20),
@@ -46,7 +47,7 @@ CASES = (("mnist", 784, [1024], 100, 50), ("mnist", 784, [1024], 1000, 10), ("mn
 
 def _stored_share(model) -> float:
     """The kernels' stored entries against the dense ones."""
-    layers = [layer for layer in model._flatten_layers() if isinstance(layer, tfp_maf.MaskedDense)]
+    layers = [layer for layer in sublayers(model) if isinstance(layer, tfp_maf.MaskedDense)]
     dense = sum(layer.mask.size for layer in layers)
     return sum(layer.mask.size if layer.layout is None else layer.layout.stored for layer in layers) / dense
 

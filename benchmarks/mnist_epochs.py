@@ -39,6 +39,7 @@ from _common import (  # noqa: E402
 
 from keras_models import data, presets, training, zoo  # noqa: E402
 from tfp_maf import MaskedDense  # noqa: E402
+from tfp_maf.layers import sublayers
 
 MODELS = ("maf5", "made", "made-mog", "realnvp5")
 STEPS_PER_EPOCH = 500  # 50,000 training images, batches of 100
@@ -59,7 +60,7 @@ def epoch_time(splits, name: str, steps: int, jit: bool, blocks="auto") -> dict:
     seconds = time.perf_counter() - start
     steal = steal_share(before, host_cpu_times())
     # Multiply-adds per example of the dense kernels (the masks' zeros included, blocks or not).
-    masked = [layer for layer in model._flatten_layers() if isinstance(layer, MaskedDense)]
+    masked = [layer for layer in sublayers(model) if isinstance(layer, MaskedDense)]
     in_blocks = {id(b) for layer in masked if layer.layout is not None for b in layer.kernel_blocks}
     macs = sum(int(np.prod(v.shape)) for v in model.trainable_variables if len(v.shape) == 2 and id(v) not in in_blocks)
     macs += sum(layer.mask.size for layer in masked if layer.layout is not None)

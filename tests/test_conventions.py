@@ -39,7 +39,7 @@ DTYPES = ["float32", "float64"]
 def _model(name, conditional, dtype="float32"):
     kw = dict(hidden_units=[8], num_components=2, num_layers=2)
     model = zoo_model(name, D, conditional_dims=K if conditional else None, dtype=dtype, **kw)
-    for layer in model._flatten_layers(include_self=False, recursive=False):
+    for layer in model.layers:
         randomize_weights(layer, 0, scale=0.2)  # not the identity the flows start as
     return model
 

@@ -23,6 +23,7 @@ from keras_models.evaluation import (
     mean_and_two_se,
     paired_comparison,
 )
+from tfp_maf.layers import sublayers
 from tfp_maf.testing import randomize_weights
 
 FLOWS = ["made", "made-mog", "realnvp5", "maf5", "maf-mog5", "nsf5"]
@@ -274,7 +275,7 @@ def test_saved_kernels_with_entries_outside_the_masks_load_as_the_masked_network
     randomize_weights(model, 2)
     model.set_batch_norm_statistics(x, y)
     expected = model.log_prob(x, y).numpy()
-    masked = [layer for layer in model._flatten_layers() if isinstance(layer, tfp_maf.MaskedDense)]
+    masked = [layer for layer in sublayers(model) if isinstance(layer, tfp_maf.MaskedDense)]
     for layer in masked:
         layer.kernel.assign(layer.kernel + 3.0 * (1 - layer.mask))
     assert all(np.any(layer.kernel.numpy() * (1 - layer.mask) != 0) for layer in masked)

@@ -19,6 +19,7 @@ import tensorflow as tf
 import keras_models
 from keras_models import kernel_storage
 from tfp_maf import MADENetwork, MaskedDense, devices, sampling
+from tfp_maf.layers import sublayers
 from tfp_maf.layers.block_layout import BlockLayout, auto_blocks, reorder
 from tfp_maf.testing import randomize_weights
 
@@ -234,7 +235,7 @@ def test_weights_files_load_across_the_two_storages_with_the_same_densities(suff
 
 
 def _dense_layers(model):
-    return [layer for layer in model._flatten_layers() if isinstance(layer, MaskedDense)]
+    return [layer for layer in sublayers(model) if isinstance(layer, MaskedDense)]
 
 
 def _fit(model, x, steps):

@@ -20,6 +20,7 @@ from tensorflow.python.framework.func_graph import FuncGraph
 
 import tfp_maf
 from tfp_maf import sampling
+from tfp_maf.layers import sublayers
 from tfp_maf.testing import randomize_weights
 
 D, K = 5, 3
@@ -29,7 +30,7 @@ SIZES = [1, 7, 16, 33, 100, 257, 300, 2, 1000, 64, 5]
 def _model(name, conditional=False):
     kw = dict(hidden_units=[16], num_components=2, num_layers=2)
     model = zoo_model(name, D, conditional_dims=K if conditional else None, **kw)
-    for layer in model._flatten_layers(include_self=False, recursive=False):
+    for layer in model.layers:
         randomize_weights(layer, 0, scale=0.2)
     return model
 
@@ -39,7 +40,7 @@ def _traces(model) -> dict:
 
 
 def _mades(model) -> list:
-    return [m for m in model._flatten_layers() if isinstance(m, tfp_maf.MADENetwork)]
+    return [m for m in sublayers(model) if isinstance(m, tfp_maf.MADENetwork)]
 
 
 def _programs(model) -> list:

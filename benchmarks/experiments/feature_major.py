@@ -48,7 +48,7 @@ from _common import (  # noqa: E402
     tfp_peer,
 )
 
-from tfp_maf.layers import MADENetwork  # noqa: E402
+from tfp_maf.layers import MADENetwork, sublayers  # noqa: E402
 from tfp_maf.layers.block_layout import BlockLayout  # noqa: E402
 
 D, HIDDEN, BATCH, BLOCKS = 43, [512, 512], 10_000, 8
@@ -125,7 +125,7 @@ def log_prob_fns() -> dict:
 
 
 def _mades(model):
-    return [layer for layer in model._flatten_layers() if isinstance(layer, MADENetwork)]
+    return [layer for layer in sublayers(model) if isinstance(layer, MADENetwork)]
 
 
 def train_fns(batch: int) -> dict:
