@@ -3,6 +3,7 @@ Keras (`.ci/run` runs this on both ends of the supported range), and importing
 tfp-maf changes nothing of theirs."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -303,3 +304,26 @@ def test_without_the_save_context_the_save_traces_again_and_the_export_is_the_sa
     model.export(str(tmp_path / "fallback"))
     loaded = tf.saved_model.load(str(tmp_path / "fallback"))
     np.testing.assert_allclose(loaded.log_prob(x), model.log_prob(x), rtol=1e-6)
+
+
+def test_tf_serving_xla_switch_turns_xla_off_in_the_process_that_calls_it():
+    """In a fresh process (it acts on the whole process): after the call, a function that
+    must be XLA-compiled fails as it does in TF Serving; before it, it runs."""
+    switch = _compat.tf_serving_xla_switch()
+    assert switch, "TensorFlow's library exports no DisableXlaCompilation()"
+    script = textwrap.dedent("""
+        import ctypes, sys
+        import tensorflow as tf
+        add = tf.function(lambda x: x + 1.0, jit_compile=True)
+        assert float(add(tf.constant(1.0))) == 2.0
+        getattr(ctypes.CDLL(sys.argv[1]), sys.argv[2])()
+        try:
+            add(tf.constant([1.0, 2.0]))  # a new shape: a new compilation
+        except tf.errors.InternalError as refused:
+            assert "XLA compilation disabled" in str(refused), refused
+        else:
+            sys.exit("XLA still compiles")
+    """)
+    done = subprocess.run([sys.executable, "-c", script, *switch], capture_output=True, text=True,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]

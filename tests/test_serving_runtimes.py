@@ -24,6 +24,7 @@ import pytest
 
 import keras_models as km
 from keras_models.portable import ENDPOINTS, export_files, export_litert
+from tfp_maf._platform import compat
 from tfp_maf.testing import randomize_weights
 
 D, K, N = 3, 2, 5
@@ -88,18 +89,19 @@ def _expected(model, feeds, sample=True):
 #
 # XLA's JIT is off, as in TF Serving: its main calls tensorflow::DisableXlaCompilation() unless
 # started with --xla_cpu_compilation_enabled=true (off by default), and a graph holding an XLA
-# program then fails on its first call. TF's Python API has no such switch: the C++ function is
-# called from TF's library (the symbol as TensorFlow 2.21 exports it on Linux).
+# program then fails on its first call. TF's Python API has no such switch: the client calls
+# the C++ function from TF's library (`compat.tf_serving_xla_switch` finds it; the client
+# cannot import tfp_maf).
 CLI_CLIENT = """
-import ctypes, json, os, sys
+import ctypes, json, sys
 from importlib.metadata import entry_points
 for name in ("tfp_maf", "keras_models", "tensorflow_probability", "keras", "tf_keras"):
     sys.modules[name] = None
 from absl import flags
 import tensorflow as tf
 
-library = ctypes.CDLL(os.path.join(os.path.dirname(tf.__file__), "libtensorflow_cc.so.2"))
-library._ZN10tensorflow21DisableXlaCompilationEv()
+library, symbol = sys.argv[2:4]
+getattr(ctypes.CDLL(library), symbol)()
 try:
     tf.function(lambda: tf.constant(1.0) + 1.0, jit_compile=True)()
     raise AssertionError("XLA still compiles: the loader would not run as TF Serving's does")
@@ -164,7 +166,9 @@ def test_every_cell_runs_in_tensorflows_session_loader_and_saved_model_cli(expor
     (tmp_path / "commands.json").write_text(json.dumps(
         [_cli_arguments(exported[index], signature, outdir) for (index, signature), outdir in outdirs.items()]))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run([sys.executable, "-c", CLI_CLIENT, str(tmp_path / "commands.json")],
+    switch = compat.tf_serving_xla_switch()
+    assert switch, "TensorFlow's library exports no DisableXlaCompilation(): see tfp_maf._platform.compat"
+    done = subprocess.run([sys.executable, "-c", CLI_CLIENT, str(tmp_path / "commands.json"), *switch],
                           capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     for (index, signature), outdir in outdirs.items():

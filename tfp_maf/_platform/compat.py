@@ -41,6 +41,7 @@ __all__ = [
     "read_optimizer_arrays",
     "save_context",
     "slot_of",
+    "tf_serving_xla_switch",
     "with_greedy_graph_only_cache",
     "write_optimizer_arrays",
 ]
@@ -158,6 +159,31 @@ def save_context(options):
         return contextlib.nullcontext()
     enter = getattr(context, "save_context", None)
     return enter(options) if enter is not None else contextlib.nullcontext()
+
+
+# -- TF: the switch TF Serving turns XLA off with -----------------------------------
+# Why: TF Serving's main calls the C++ function `tensorflow::DisableXlaCompilation()`
+# unless started with --xla_cpu_compilation_enabled=true, and a SavedModel holding an
+# XLA program then fails on its first call. TF's Python API has no such switch; the
+# tests call this one (with ctypes) to load our exports as TF Serving does. Verified:
+# TensorFlow 2.21.0 on Linux. Fallback (None): the library or the symbol is not there
+# (another platform, another build); the caller cannot turn XLA off.
+_DISABLE_XLA_SYMBOL = "_ZN10tensorflow21DisableXlaCompilationEv"
+
+
+def tf_serving_xla_switch() -> tuple[str, str] | None:
+    """``(library path, symbol)`` of TF's ``DisableXlaCompilation()``, to call with
+    ``ctypes.CDLL(path)[symbol]()``, or None. Calling it turns XLA's JIT off for the
+    whole process, as TF Serving does: for test processes, never for tfp-maf's."""
+    import ctypes
+    import os
+
+    path = os.path.join(os.path.dirname(tf.__file__), "libtensorflow_cc.so.2")
+    try:
+        getattr(ctypes.CDLL(path), _DISABLE_XLA_SYMBOL)
+    except (OSError, AttributeError):
+        return None
+    return path, _DISABLE_XLA_SYMBOL
 
 
 # -- Keras: the layout of weights files and the names of optimizer slots ------------
