@@ -166,7 +166,7 @@ def save_context(options):
 # unless started with --xla_cpu_compilation_enabled=true, and a SavedModel holding an
 # XLA program then fails on its first call. TF's Python API has no such switch; the
 # tests call this one (with ctypes) to load our exports as TF Serving does. Verified:
-# TensorFlow 2.21.0 on Linux. Fallback (None): the library or the symbol is not there
+# TensorFlow 2.20.0 and 2.21.0 on Linux. Fallback (None): the library or the symbol is not there
 # (another platform, another build); the caller cannot turn XLA off.
 _DISABLE_XLA_SYMBOL = "_ZN10tensorflow21DisableXlaCompilationEv"
 
