@@ -153,6 +153,8 @@ def test_block_size_keeps_the_in_block_work_small():
         return Schedule.of(Structure.of(made), Tuning()).block_steps
 
     assert block_steps(MADENetwork(784, [1024])) == 16
+    # A block of more than D steps is one block: no empty steps compiled and run.
+    assert Schedule.of(Structure.of(MADENetwork(5, [16])), Tuning(block_steps=16)).block_steps == 5
     assert block_steps(MADENetwork(43, [512, 512])) == 1
     assert block_steps(MADENetwork(5, [16, 16])) == 1
     assert Schedule.of(Structure.of(MADENetwork(5, [16, 16])), Tuning(block_steps=4, chunk_rows=8)) == (4, (8,), None)

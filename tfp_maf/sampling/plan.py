@@ -93,7 +93,7 @@ class Tuning:
 
     Args:
       block_steps: degrees per block of the loop (`tfp_maf.sampling.loops`); 1 runs
-        step by step. Default: `default_block_steps`.
+        step by step, more than D runs D (one block). Default: `default_block_steps`.
       chunk_rows: batch rows per call of the compiled loop. Default: a chunk whose
         state is about `CHUNK_BYTES`.
       parts: slices of the batch run at once. Default: one per CPU core (one on a GPU).
@@ -160,7 +160,9 @@ class Schedule(NamedTuple):
 
     @classmethod
     def of(cls, structure: Structure, tuning: Tuning) -> Schedule:
-        S = tuning.block_steps or default_block_steps(structure)
+        # A block of more steps than D would be one block padded with empty steps,
+        # each compiled and run for nothing: D steps are the whole pass.
+        S = min(tuning.block_steps or default_block_steps(structure), structure.event_size)
         full = tuning.chunk_rows
         if full is None:
             # Rows whose state (inputs and every hidden layer, float32) is about CHUNK_BYTES.
