@@ -5,7 +5,9 @@ whatever size comes. This times, after warm-up, `model.log_prob(x)` on NumPy ``x
 `model.sample(n)` for random sizes 1..300, against zuko's MAF of the same size (if zuko is
 installed: the ``bench`` extra) and TFP's own MAF called eagerly, all in one run; then the
 memory growth over 30 such `sample` calls, and per model built, fitted one epoch, used
-and deleted (beside a plain Keras model of the same layer sizes).
+and deleted: compiled as Keras compiles by default (no XLA on a CPU), as
+`keras_models.training.compile_as_paper` compiles (with XLA, which TensorFlow never frees),
+and beside a plain Keras model of the same layer sizes.
 
 Config "small": D 20, MAF (5) of 2 x 64 (a model small enough that per-call overhead is
 all that is measured); config A: D 43, MAF (5) of 2 x 512. Ours with batch norm (the
@@ -127,13 +129,20 @@ def _slope_per_model(one, models: int) -> float:
     return float(np.polyfit(np.arange(models), readings, 1)[0])
 
 
-def memory_per_model(D, hidden, models: int) -> float:
-    """RSS growth (MiB) per model built, fitted one epoch, used and deleted."""
+def memory_per_model(D, hidden, models: int, as_paper: bool = False) -> float:
+    """RSS growth (MiB) per model built, fitted one epoch, used and deleted; compiled by
+    Keras' default (``model.compile(optimizer="adam")``: no XLA on a CPU), or with
+    ``as_paper`` by `keras_models.training.compile_as_paper` (XLA, 10 steps a call)."""
+    from keras_models import training
+
     x = np.random.default_rng(1).normal(size=(1000, D)).astype(np.float32)
 
     def one():
         model = km.MAF(D, hidden_units=hidden, num_layers=5, seed=0)
-        model.compile(optimizer="adam")
+        if as_paper:
+            training.compile_as_paper(model, "maf5")
+        else:
+            model.compile(optimizer="adam")
         model.fit(x, batch_size=100, epochs=1, verbose=0)
         model.log_prob(x[:10])
         model.sample(10)
@@ -182,6 +191,7 @@ def run_config(name, calls: int, models: int) -> dict:
     row["tfp_eager_log_prob_ms"] = per_call_ms(tfp_log_prob, sizes)
     row["tfp_eager_sample_ms"] = per_call_ms(tfp_sample, sizes[:5] if name == "A" else sizes)
     row["ours_memory_per_model_mib"] = memory_per_model(D, hidden, models)
+    row["ours_paper_memory_per_model_mib"] = memory_per_model(D, hidden, models, as_paper=True)
     row["keras_memory_per_model_mib"] = keras_memory_per_model(D, hidden, models)
     print(row, flush=True)
     return row
@@ -202,12 +212,13 @@ def markdown(result) -> str:
             lines.append(f"| {r['config']} | `{call}` | {r[f'ours_{call}_ms']:.1f} | "
                          f"{'-' if z is None else f'{z:.1f}'} | {r[f'tfp_eager_{call}_ms']:.1f} | {ratio} |")
     lines += ["", "| config | memory over 30 `sample` calls (MiB) | per model built, fitted, used, deleted "
-              "(MiB, slope) | the same for a plain Keras MLP of its sizes |", "|---|---|---|---|"]
+              "(MiB, slope) | the same, `compile_as_paper` (XLA) | the same for a plain Keras MLP of its sizes |",
+              "|---|---|---|---|---|"]
     for r in result["rows"]:
         growth, per_model = r["ours_sample_memory_growth_mib"], r["ours_memory_per_model_mib"]
-        keras_model = r.get("keras_memory_per_model_mib")
-        keras_text = "-" if keras_model is None else f"{keras_model:+.1f}"
-        lines.append(f"| {r['config']} | {growth:+.1f} | {per_model:+.1f} | {keras_text} |")
+        texts = ["-" if r.get(k) is None else f"{r[k]:+.1f}"
+                 for k in ("ours_paper_memory_per_model_mib", "keras_memory_per_model_mib")]
+        lines.append(f"| {r['config']} | {growth:+.1f} | {per_model:+.1f} | {' | '.join(texts)} |")
     return "\n".join(lines) + "\n"
 
 
