@@ -327,3 +327,15 @@ def test_tf_serving_xla_switch_turns_xla_off_in_the_process_that_calls_it():
     done = subprocess.run([sys.executable, "-c", script, *switch], capture_output=True, text=True,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_op_determinism_can_be_turned_off_again():
+    from tensorflow.python.framework import config  # the test may read what the product may not
+
+    tf.config.experimental.enable_op_determinism()
+    try:
+        assert config.is_op_determinism_enabled()
+        assert _compat.disable_op_determinism()
+        assert not config.is_op_determinism_enabled()
+    finally:
+        config.disable_op_determinism()

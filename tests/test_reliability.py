@@ -17,11 +17,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.python.framework import config as tf_config
 
 import keras_models as km
 from keras_models import data, training
 from keras_models.evaluation import log_likelihoods
+from tfp_maf._platform import compat
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,9 +97,9 @@ def test_a_finished_run_is_trained_again_only_on_request_and_keeps_its_model(tmp
 
 @pytest.fixture
 def op_determinism():
-    tf_config.enable_op_determinism()
+    tf.config.experimental.enable_op_determinism()
     yield
-    tf_config.disable_op_determinism()
+    assert compat.disable_op_determinism(), "TF cannot turn op determinism off: see tfp_maf._platform.compat"
 
 
 def _steps(seed, steps=30):

@@ -33,6 +33,7 @@ __all__ = [
     "NonCompositeChain",
     "adam_slots",
     "cache_util",
+    "disable_op_determinism",
     "gradient_registry",
     "greedy_graph_only_cache",
     "omit_retracing_warning",
@@ -116,6 +117,26 @@ def gradient_registry() -> dict | None:
         return None
     registry = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
     return registry if isinstance(registry, dict) else None
+
+
+# -- TF: turning op determinism off again --------------------------------------------
+# Why: `tf.config.experimental.enable_op_determinism()` has no public inverse; a test that
+# turns it on for itself turns it off after it, so the tests after it run as users do.
+# For test processes; tfp-maf never calls it. Verified: TensorFlow 2.20.0 and 2.21.0.
+# Fallback (False): determinism stays on for the rest of the process.
+
+
+def disable_op_determinism() -> bool:
+    """Turns TF's op determinism off; False where TF has no way to (it stays on)."""
+    try:
+        from tensorflow.python.framework import config
+    except ImportError:
+        return False
+    disable = getattr(config, "disable_op_determinism", None)
+    if disable is None:
+        return False
+    disable()
+    return True
 
 
 # -- TF: the retracing warning of a tf.function -------------------------------------
