@@ -101,7 +101,8 @@ class KerasLoop(keras.Model):
             x, y, sample_weight = unpack(data)
             with tf.GradientTape() as tape:
                 nll = -_weighted_mean(self.log_prob(x, y, training=True), sample_weight)
-                penalty = tf.add_n(self.losses) if self.losses else 0.0
+                losses = self.losses  # each read traces every regularizer again
+                penalty = tf.add_n(losses) if losses else 0.0
                 # Under tf.distribute each replica sees 1/R of the global batch and the
                 # optimizer sums the replicas' gradients: scale so the sum is the mean.
                 total = (nll + tf.cast(penalty, nll.dtype)) / tf.distribute.get_strategy().num_replicas_in_sync

@@ -52,6 +52,58 @@ def test_training_uses_minibatch_statistics(setup, mode):
     assert not np.allclose(u, b.inverse(x, training=False))
 
 
+@pytest.mark.parametrize("where", ["eager", "traced, registrations released", "traced"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_training_gradients_are_tfs_of_the_batch_norm_formula(setup, where, dtype):
+    # Eagerly and in a trace whose custom gradients are released (a `fit` step), the
+    # batch norm takes its written-out gradient; in any other trace, TF's (a written-out
+    # one would stay in TF's gradient registry). All three equal TF's gradient of the
+    # formula, log-det included.
+    from tfp_maf._platform import compat
+    from tfp_maf.tracing import custom_gradients_released
+
+    x, p = setup
+    x = tf.constant(x, dtype)
+    beta, gamma = tf.constant(p["beta"], dtype), tf.constant(p["gamma"], dtype)
+    rng = np.random.RandomState(1)
+    du, dlog_det = tf.constant(rng.normal(size=(100, 3)), dtype), tf.constant(rng.normal(size=100), dtype)
+
+    def loss_and_gradients(reference):
+        with tf.GradientTape() as tape:
+            tape.watch([x, beta, gamma])
+            if reference:
+                m, v = tf.nn.moments(x, axes=[0])
+                u = (x - m) / tf.sqrt(v + EPS) * tf.exp(gamma) + beta
+                log_det = tf.zeros(100, dtype) + tf.reduce_sum(gamma - 0.5 * tf.math.log(v + EPS))
+            else:
+                b = ExpGammaBatchNorm(beta, gamma, tf.zeros(3, dtype), tf.ones(3, dtype))
+                u = b.inverse(x, training=True)
+                log_det = b.inverse_log_det_jacobian(x, 1, training=True)
+            loss = tf.reduce_sum(u * du) + tf.reduce_sum(log_det * dlog_det)
+        return (loss, *tape.gradient(loss, [x, beta, gamma]))
+
+    def ours():
+        if where == "traced, registrations released":
+            with custom_gradients_released():
+                return loss_and_gradients(reference=False)
+        return loss_and_gradients(reference=False)
+
+    registry = compat.gradient_registry()
+    before = None if registry is None else set(registry)
+    if where == "eager":
+        got = ours()
+    else:
+        traced = tf.function(ours, autograph=False).get_concrete_function()
+        written_out = any(op.type == "IdentityN" for op in traced.graph.get_operations())
+        assert written_out == (where != "traced" and registry is not None), where
+        got = traced()
+    if registry is not None:
+        assert set(registry) == before  # the trace left nothing in TF's registry
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    for a, b in zip(got, loss_and_gradients(reference=True), strict=True):
+        np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance)
+
+
 def test_training_normalises_the_batch_at_zero_parameters(setup):
     x, _ = setup
     bn = BatchNormState(3, dtype="float64")
