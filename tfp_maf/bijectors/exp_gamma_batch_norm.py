@@ -52,7 +52,8 @@ def _counted_moments(x):
     rows = tf.cast(tf.shape(flat)[0], flat.dtype)
     if _one_replica():
         return (rows, *tf.nn.moments(flat, axes=[0]))
-    context, total = tf.distribute.get_replica_context(), tf.distribute.ReduceOp.SUM
+    context = tf.distribute.get_replica_context()
+    total = tf.distribute.ReduceOp.SUM
     rows = context.all_reduce(total, rows)
     mean = context.all_reduce(total, tf.reduce_sum(flat, axis=0)) / rows
     variance = context.all_reduce(total, tf.reduce_sum(tf.square(flat - mean), axis=0)) / rows
@@ -136,6 +137,12 @@ class ExpGammaBatchNorm(FusedBijector):
 
     The log-det has the batch shape of the input (it does not depend on the
     example, but a per-example value is what a density needs).
+
+    In training on one device, eagerly or in a trace within
+    `tfp_maf.tracing.custom_gradients_released` (a `keras_models` `fit` step), the
+    gradient through the minibatch's statistics is written out (Ioffe and Szegedy's
+    formulas, about 40 graph ops where TF's own take about 170); elsewhere it is TF's.
+    Both give the same values.
 
     Args:
       beta: shift, shape ``[D]`` (a Tensor, array or variable; read at every
