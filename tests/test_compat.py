@@ -330,12 +330,10 @@ def test_tf_serving_xla_switch_turns_xla_off_in_the_process_that_calls_it():
 
 
 def test_op_determinism_can_be_turned_off_again():
-    from tensorflow.python.framework import config  # the test may read what the product may not
-
+    assert _compat.op_determinism_enabled() is False
     tf.config.experimental.enable_op_determinism()
     try:
-        assert config.is_op_determinism_enabled()
-        assert _compat.disable_op_determinism()
-        assert not config.is_op_determinism_enabled()
+        assert _compat.op_determinism_enabled() is True
     finally:
-        config.disable_op_determinism()
+        assert _compat.disable_op_determinism()
+    assert _compat.op_determinism_enabled() is False

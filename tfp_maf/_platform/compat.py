@@ -37,6 +37,7 @@ __all__ = [
     "gradient_registry",
     "greedy_graph_only_cache",
     "omit_retracing_warning",
+    "op_determinism_enabled",
     "outermost_graph",
     "python_function",
     "read_optimizer_arrays",
@@ -119,24 +120,35 @@ def gradient_registry() -> dict | None:
     return registry if isinstance(registry, dict) else None
 
 
-# -- TF: turning op determinism off again --------------------------------------------
-# Why: `tf.config.experimental.enable_op_determinism()` has no public inverse; a test that
-# turns it on for itself turns it off after it, so the tests after it run as users do.
-# For test processes; tfp-maf never calls it. Verified: TensorFlow 2.20.0 and 2.21.0.
-# Fallback (False): determinism stays on for the rest of the process.
+# -- TF: turning op determinism off again, and reading it --------------------------
+# Why: `tf.config.experimental.enable_op_determinism()` has neither a public inverse nor a
+# public getter; a test that turns it on for itself turns it off after it, so the tests
+# after it run as users do. For test processes; tfp-maf never calls these. Verified:
+# TensorFlow 2.20.0 and 2.21.0. Fallbacks: False (determinism stays on for the rest of the
+# process) and None (unknown).
+
+
+def _determinism_config():
+    try:
+        from tensorflow.python.framework import config
+    except ImportError:
+        return None
+    return config
 
 
 def disable_op_determinism() -> bool:
     """Turns TF's op determinism off; False where TF has no way to (it stays on)."""
-    try:
-        from tensorflow.python.framework import config
-    except ImportError:
-        return False
-    disable = getattr(config, "disable_op_determinism", None)
+    disable = getattr(_determinism_config(), "disable_op_determinism", None)
     if disable is None:
         return False
     disable()
     return True
+
+
+def op_determinism_enabled() -> bool | None:
+    """Whether TF's op determinism is on; None where TF does not say."""
+    enabled = getattr(_determinism_config(), "is_op_determinism_enabled", None)
+    return None if enabled is None else bool(enabled())
 
 
 # -- TF: the retracing warning of a tf.function -------------------------------------

@@ -96,11 +96,12 @@ def _normalized_by_batch(x, beta, gamma, epsilon):
         mean = tf.reduce_mean(x, axis=0)
         centred = x - mean
         variance = tf.reduce_mean(tf.square(centred), axis=0)
-        r = tf.math.rsqrt(variance + epsilon)
+        shifted = variance + epsilon
+        r = tf.math.rsqrt(shifted)
         scale = tf.exp(gamma)
         xh = centred * r
         u = xh * scale + beta
-        log_det = tf.fill(tf.shape(x)[:1], tf.reduce_sum(gamma - 0.5 * tf.math.log(variance + epsilon)))
+        log_det = tf.fill(tf.shape(x)[:1], tf.reduce_sum(gamma - 0.5 * tf.math.log(shifted)))
 
         def grad(du, dlog_det, *unused):  # the statistics' upstream gradients: none flow
             du = tf.zeros_like(u) if du is None else du
