@@ -2,14 +2,17 @@
 checks and callbacks around them.
 
 `KerasLoop` is a base of `keras_models.DensityModel`: the loss is the model's own mean
-negative log-likelihood (no ``loss`` is compiled), a train step masks the MADEs'
-gradients after the tape (`tfp_maf.layers.kernels_as_stored`), and ``fit`` keeps the
-batch norms' statistics right (`keras_models.batch_norm_statistics.EpochStatistics`).
+negative log-likelihood (no ``loss`` is compiled) plus ``model.losses``, a train step
+masks the MADEs' gradients after the tape (`tfp_maf.layers.kernels_as_stored`) and adds
+the gradients of Keras' L2 penalties itself (``2 l2 w``: the same step, fewer ops to
+trace), and ``fit`` keeps the batch norms' statistics right
+(`keras_models.batch_norm_statistics.EpochStatistics`).
 The model supplies ``log_prob`` and ``_traced_log_prob``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 
@@ -99,16 +102,19 @@ class KerasLoop(keras.Model):
         # fuses the mask into the optimizer's update.
         with custom_gradients_released(), kernels_as_stored():
             x, y, sample_weight = unpack(data)
+            variables = self.trainable_variables
+            # Under tf.distribute each replica sees 1/R of the global batch and the
+            # optimizer sums the replicas' gradients: scale so the sum is the mean.
+            replicas = tf.distribute.get_strategy().num_replicas_in_sync
             with tf.GradientTape() as tape:
                 nll = -_weighted_mean(self.log_prob(x, y, training=True), sample_weight)
-                losses = self.losses  # each read traces every regularizer again
+                with _l2_set_aside(variables) as l2_factors:
+                    losses = self.losses  # each read traces every regularizer again
                 penalty = tf.add_n(losses) if losses else 0.0
-                # Under tf.distribute each replica sees 1/R of the global batch and the
-                # optimizer sums the replicas' gradients: scale so the sum is the mean.
-                total = (nll + tf.cast(penalty, nll.dtype)) / tf.distribute.get_strategy().num_replicas_in_sync
-            variables = self.trainable_variables
+                total = (nll + tf.cast(penalty, nll.dtype)) / replicas
             if variables:
-                self.optimizer.apply(mask_gradients(self, tape.gradient(total, variables), variables), variables)
+                gradients = _plus_l2_gradients(tape.gradient(total, variables), variables, l2_factors, replicas)
+                self.optimizer.apply(mask_gradients(self, gradients, variables), variables)
             self.loss_tracker.update_state(nll, sample_weight=_rows(x, sample_weight, nll.dtype))
             return self._logs()
 
@@ -135,6 +141,43 @@ class KerasLoop(keras.Model):
             # which rejects scalars (seen with Keras 3.15): give it a vector of one.
             loss = tf.reshape(loss, [1])
         return {"loss": loss}
+
+
+@contextlib.contextmanager
+def _l2_set_aside(variables):
+    """Within it, the variables whose regularizer is Keras' `keras.regularizers.L2`
+    (that class: a subclass may compute otherwise) have none, so that a layer's
+    ``losses`` leave their penalties out; yields ``{id(variable): l2}`` for
+    `_plus_l2_gradients`, which adds the penalties' gradients themselves.
+
+    The fit step only differentiates the penalties, and ``l2 sum(w^2)``'s gradient is
+    ``2 l2 w``: one product per kernel. TF's gradient of the penalty as written traces
+    about twelve ops per kernel (the square, the sum and its broadcast back, the
+    gradients' sum): 180 of the 1,830 in a MAF (5)'s step, whose trace then takes about
+    0.05 s longer (D 64, 2 x 128, 2 cores).
+    """
+    set_aside = {id(v): v for v in variables if type(v.regularizer) is keras.regularizers.L2}
+    regularizers = {key: v.regularizer for key, v in set_aside.items()}
+    try:
+        for v in set_aside.values():
+            v.regularizer = None
+        yield {key: float(r.l2) for key, r in regularizers.items()}
+    finally:
+        for key, v in set_aside.items():
+            v.regularizer = regularizers[key]
+
+
+def _plus_l2_gradients(gradients, variables, l2_factors, replicas):
+    """``gradients`` plus ``2 l2 w / replicas`` for each variable ``w`` of `_l2_set_aside`'s
+    ``l2_factors``: the gradient of its penalty ``l2 sum(w^2)`` in the replica's loss."""
+    summed = []
+    for g, v in zip(gradients, variables, strict=True):
+        l2 = l2_factors.get(id(v))
+        if l2:
+            decay = tf.convert_to_tensor(v) * tf.constant(2.0 * l2 / replicas, v.dtype)
+            g = decay if g is None else g + decay
+        summed.append(g)
+    return summed
 
 
 def _weighted_mean(values, sample_weight):

@@ -8,6 +8,7 @@ import json
 import math
 import pickle
 import re
+from unittest import mock
 
 import keras
 import numpy as np
@@ -171,6 +172,60 @@ def test_fit_takes_the_steps_a_gradient_tape_loop_takes(kind, jit_compile):
     for a, b in zip(fitted.optimizer.variables, optimizer.variables, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
     assert not np.allclose(fitted.get_weights()[0], make().get_weights()[0])  # it did train
+
+
+class _TripledL2(keras.regularizers.L2):
+    """A subclass of Keras' L2 that computes otherwise: the fit step must not read it as L2."""
+
+    def __call__(self, x):
+        return 3.0 * super().__call__(x)
+
+
+def test_fit_adds_l2_gradients_itself_and_leaves_other_regularizers_to_the_losses():
+    # The fit step adds 2 l2 w to the gradient of each weight whose regularizer is Keras'
+    # L2, and takes any other regularizer (an L1, a subclass of L2) from model.losses: the
+    # same steps as a loop that differentiates model.losses, with a penalty large enough
+    # to show, and every regularizer back in place after.
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((200, 3)).astype("float32")
+
+    def make():
+        model = km.MAF(3, hidden_units=[16, 16], num_layers=2, l2=0.05, seed=0)
+        regularized = [v for v in model.trainable_variables if v.regularizer is not None]
+        regularized[0].regularizer = keras.regularizers.L1(0.01)
+        regularized[1].regularizer = _TripledL2(0.05)
+        return model
+
+    fitted = make()
+    before = [(v.path, v.regularizer) for v in fitted.trainable_variables]
+    assert sum(type(r) is keras.regularizers.L2 for _, r in before) >= 4
+    fitted.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), jit_compile=False)
+    penalties = []  # the regularizers whose penalty the step traces
+    l2_call = keras.regularizers.L2.__call__
+
+    def spied(self, x):
+        penalties.append(type(self))
+        return l2_call(self, x)
+
+    with mock.patch.object(keras.regularizers.L2, "__call__", spied):
+        fitted.fit(x, batch_size=100, epochs=1, shuffle=False, verbose=0)
+    assert penalties == [_TripledL2]  # Keras' L2s by their gradient alone
+    assert [(v.path, v.regularizer) for v in fitted.trainable_variables] == before
+    looped, optimizer = make(), keras.optimizers.SGD(0.05, momentum=0.9)
+    for i in range(0, 200, 100):
+        with tf.GradientTape() as tape:
+            loss = -tf.reduce_mean(looped.log_prob(x[i : i + 100], training=True)) + tf.add_n(looped.losses)
+        optimizer.apply(tape.gradient(loss, looped.trainable_variables), looped.trainable_variables)
+    for a, b in zip(fitted.trainable_weights, looped.trainable_weights, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    # Without the penalties the steps differ: the check above sees them.
+    plain, optimizer = make(), keras.optimizers.SGD(0.05, momentum=0.9)
+    for i in range(0, 200, 100):
+        with tf.GradientTape() as tape:
+            loss = -tf.reduce_mean(plain.log_prob(x[i : i + 100], training=True))
+        optimizer.apply(tape.gradient(loss, plain.trainable_variables), plain.trainable_variables)
+    assert not all(np.allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+                   for a, b in zip(fitted.trainable_weights, plain.trainable_weights, strict=True))
 
 
 def test_step_counts_run_exactly_or_are_refused():
