@@ -377,13 +377,17 @@ class MADENetwork(keras.layers.Layer):
     def split_params(self, out, batch_shape):
         """Splits raw outputs into the head's parameters of shape batch + [D(, C)]."""
         D, P = self.event_size, self.params_per_dim
-        out = tf.reshape(out, tf.concat([batch_shape, [D, P]], 0))
+        # A flat batch (training's) needs no shape arithmetic: each op costs in every trace.
+        flat = batch_shape.shape.rank == 1 and batch_shape.shape[0] == 1
+        out = tf.reshape(out, [-1, D, P] if flat else tf.concat([batch_shape, [D, P]], 0))
         if self.params is not None:
             return out
+        # One split op (and one concat in the gradient), where slices trace about ten ops
+        # each way.
         if self.num_components is None:
-            return out[..., 0], out[..., 1]
+            return tuple(tf.unstack(out, num=2, axis=-1))
         C = self.num_components
-        return out[..., :C], out[..., C : 2 * C], out[..., 2 * C :]
+        return tuple(tf.split(out, [C, C, P - 2 * C], axis=-1))
 
     def get_config(self):
         config = super().get_config()
