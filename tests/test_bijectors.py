@@ -314,3 +314,54 @@ def test_log_scale_bound_is_exact_inside_its_knee(kind):
         free.inverse_log_det_jacobian(x, event_ndims=1),
         bounded.inverse_log_det_jacobian(x, event_ndims=1),
     )
+
+
+@pytest.mark.parametrize("where", ["eager", "traced, registrations released", "traced"])
+@pytest.mark.parametrize("log_scale_bound", [None, 2.0])
+def test_maf_inverse_gradients_are_tfs_of_the_affine_formula(dtype, log_scale_bound, where):
+    # Eagerly and in a trace whose custom gradients are released (a `fit` step), an
+    # unconditional MAF takes its written-out gradient of u = (x - mu) exp(-alpha) and
+    # of the log-det; in any other trace, TF's (a written-out one would stay in TF's
+    # gradient registry). All three equal TF's gradient of the formula, with respect to
+    # x and every weight, with upstream gradients on u and on the log-det.
+    from tfp_maf._platform import compat
+    from tfp_maf.math import soft_bound
+    from tfp_maf.tracing import custom_gradients_released
+
+    made = MADENetwork(D, hidden_units=[16, 16], order="random", seed=0, dtype=dtype.name)
+    randomize_weights(made, 0)
+    maf = MaskedAutoregressive(made, log_scale_bound=log_scale_bound)
+    x, du, dlog_det = _data(dtype, [50, D], 1), _data(dtype, [50, D], 2), _data(dtype, [50], 3)
+    watched = [x, *made.trainable_variables]
+
+    def loss_and_gradients(reference):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            if reference:
+                shift, log_scale = made(x)
+                log_scale = soft_bound(log_scale, log_scale_bound)
+                u, log_det = (x - shift) * tf.exp(-log_scale), tf.reduce_sum(-log_scale, axis=-1)
+            else:
+                u, log_det = maf.inverse(x), maf.inverse_log_det_jacobian(x, 1)
+            loss = tf.reduce_sum(u * du) + tf.reduce_sum(log_det * dlog_det)
+        return (loss, *tape.gradient(loss, watched))
+
+    def ours():
+        if where == "traced, registrations released":
+            with custom_gradients_released():
+                return loss_and_gradients(reference=False)
+        return loss_and_gradients(reference=False)
+
+    registry = compat.gradient_registry()
+    before = None if registry is None else set(registry)
+    if where == "eager":
+        got = ours()
+    else:
+        traced = tf.function(ours, autograph=False).get_concrete_function()
+        written_out = any(op.type == "IdentityN" for op in traced.graph.get_operations())
+        assert written_out == (where != "traced" and registry is not None), where
+        got = traced()
+    if registry is not None:
+        assert set(registry) == before  # the trace left nothing in TF's registry
+    for a, b in zip(got, loss_and_gradients(reference=True), strict=True):
+        np.testing.assert_allclose(a, b, **TOL[dtype])
