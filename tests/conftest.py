@@ -88,6 +88,40 @@ BIJECTOR_KINDS = ["maf", "spline", "coupling_even", "coupling_odd", "batch_norm"
 CONDITIONAL_KINDS = ["maf", "spline", "coupling_even", "coupling_odd"]
 
 
+#: Where `written_out_gradients` runs a computation: as a `fit` step traces, and around it.
+GRADIENT_PLACES = ["eager", "traced, registrations released", "traced"]
+
+
+def written_out_gradients(where: str, compute):
+    """``compute()`` (a loss and its gradients, through our bijectors) run eagerly, in a
+    trace inside `tfp_maf.tracing.custom_gradients_released` (as a `fit` step traces), or
+    in a plain trace (``where``, one of `GRADIENT_PLACES`). Checks that the bijectors take
+    their written-out gradients (a `tf.custom_gradient`: IdentityN ops) in the released
+    trace and not in the plain one, and that neither trace leaves anything in TF's
+    gradient registry; returns what ``compute`` returned."""
+    from tfp_maf._platform import compat
+    from tfp_maf.tracing import custom_gradients_released
+
+    def run():
+        if where == "traced, registrations released":
+            with custom_gradients_released():
+                return compute()
+        return compute()
+
+    registry = compat.gradient_registry()
+    before = None if registry is None else set(registry)
+    if where == "eager":
+        got = run()
+    else:
+        traced = tf.function(run, autograph=False).get_concrete_function()
+        written_out = any(op.type == "IdentityN" for op in traced.graph.get_operations())
+        assert written_out == (where != "traced" and registry is not None), where
+        got = traced()
+    if registry is not None:
+        assert set(registry) == before  # the trace left nothing in TF's registry
+    return got
+
+
 def zoo_model(name: str, event_size: int, **kwargs):
     """`keras_models.build` of ``name``, given those of ``kwargs`` it takes: the tests' one
     set of small sizes for every family (a model refuses a keyword it does not take)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import GRADIENT_PLACES, written_out_gradients
 
 from tfp_maf import BatchNormState, ExpGammaBatchNorm, flow_kwargs
 
@@ -52,16 +53,13 @@ def test_training_uses_minibatch_statistics(setup, mode):
     assert not np.allclose(u, b.inverse(x, training=False))
 
 
-@pytest.mark.parametrize("where", ["eager", "traced, registrations released", "traced"])
+@pytest.mark.parametrize("where", GRADIENT_PLACES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_training_gradients_are_tfs_of_the_batch_norm_formula(setup, where, dtype):
     # Eagerly and in a trace whose custom gradients are released (a `fit` step), the
     # batch norm takes its written-out gradient; in any other trace, TF's (a written-out
     # one would stay in TF's gradient registry). All three equal TF's gradient of the
     # formula, log-det included.
-    from tfp_maf._platform import compat
-    from tfp_maf.tracing import custom_gradients_released
-
     x, p = setup
     x = tf.constant(x, dtype)
     beta, gamma = tf.constant(p["beta"], dtype), tf.constant(p["gamma"], dtype)
@@ -82,23 +80,7 @@ def test_training_gradients_are_tfs_of_the_batch_norm_formula(setup, where, dtyp
             loss = tf.reduce_sum(u * du) + tf.reduce_sum(log_det * dlog_det)
         return (loss, *tape.gradient(loss, [x, beta, gamma]))
 
-    def ours():
-        if where == "traced, registrations released":
-            with custom_gradients_released():
-                return loss_and_gradients(reference=False)
-        return loss_and_gradients(reference=False)
-
-    registry = compat.gradient_registry()
-    before = None if registry is None else set(registry)
-    if where == "eager":
-        got = ours()
-    else:
-        traced = tf.function(ours, autograph=False).get_concrete_function()
-        written_out = any(op.type == "IdentityN" for op in traced.graph.get_operations())
-        assert written_out == (where != "traced" and registry is not None), where
-        got = traced()
-    if registry is not None:
-        assert set(registry) == before  # the trace left nothing in TF's registry
+    got = written_out_gradients(where, lambda: loss_and_gradients(reference=False))
     tolerance = 1e-5 if dtype == np.float32 else 1e-12
     for a, b in zip(got, loss_and_gradients(reference=True), strict=True):
         np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance)

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_probability as tfp
-from conftest import BIJECTOR_KINDS, CONDITIONAL_KINDS, TOL, make_bijector
+from conftest import (
+    BIJECTOR_KINDS,
+    CONDITIONAL_KINDS,
+    GRADIENT_PLACES,
+    TOL,
+    make_bijector,
+    written_out_gradients,
+)
 
 from tfp_maf import MADENetwork, MaskedAutoregressive
 from tfp_maf.testing import (
@@ -316,7 +323,7 @@ def test_log_scale_bound_is_exact_inside_its_knee(kind):
     )
 
 
-@pytest.mark.parametrize("where", ["eager", "traced, registrations released", "traced"])
+@pytest.mark.parametrize("where", GRADIENT_PLACES)
 @pytest.mark.parametrize("log_scale_bound", [None, 2.0])
 def test_maf_inverse_gradients_are_tfs_of_the_affine_formula(dtype, log_scale_bound, where):
     # Eagerly and in a trace whose custom gradients are released (a `fit` step), an
@@ -324,9 +331,7 @@ def test_maf_inverse_gradients_are_tfs_of_the_affine_formula(dtype, log_scale_bo
     # of the log-det; in any other trace, TF's (a written-out one would stay in TF's
     # gradient registry). All three equal TF's gradient of the formula, with respect to
     # x and every weight, with upstream gradients on u and on the log-det.
-    from tfp_maf._platform import compat
     from tfp_maf.math import soft_bound
-    from tfp_maf.tracing import custom_gradients_released
 
     made = MADENetwork(D, hidden_units=[16, 16], order="random", seed=0, dtype=dtype.name)
     randomize_weights(made, 0)
@@ -346,22 +351,6 @@ def test_maf_inverse_gradients_are_tfs_of_the_affine_formula(dtype, log_scale_bo
             loss = tf.reduce_sum(u * du) + tf.reduce_sum(log_det * dlog_det)
         return (loss, *tape.gradient(loss, watched))
 
-    def ours():
-        if where == "traced, registrations released":
-            with custom_gradients_released():
-                return loss_and_gradients(reference=False)
-        return loss_and_gradients(reference=False)
-
-    registry = compat.gradient_registry()
-    before = None if registry is None else set(registry)
-    if where == "eager":
-        got = ours()
-    else:
-        traced = tf.function(ours, autograph=False).get_concrete_function()
-        written_out = any(op.type == "IdentityN" for op in traced.graph.get_operations())
-        assert written_out == (where != "traced" and registry is not None), where
-        got = traced()
-    if registry is not None:
-        assert set(registry) == before  # the trace left nothing in TF's registry
+    got = written_out_gradients(where, lambda: loss_and_gradients(reference=False))
     for a, b in zip(got, loss_and_gradients(reference=True), strict=True):
         np.testing.assert_allclose(a, b, **TOL[dtype])
