@@ -23,7 +23,7 @@ from keras_models import _checks
 from keras_models._checks import unpack
 from keras_models.batch_norm_statistics import BatchNormStatistics, EpochStatistics
 from tfp_maf._platform.keras_steps import one_step_function
-from tfp_maf.layers import kernels_as_stored, mask_gradients
+from tfp_maf.layers import hold_kernel_masks, kernels_as_stored, mask_gradients
 from tfp_maf.tracing import custom_gradients_released, mark_traced_on_purpose
 
 __all__ = ["KerasLoop", "with_epoch_statistics"]
@@ -72,6 +72,9 @@ class KerasLoop(keras.Model):
         # refuses variables created on a non-first call: every later fit would fail.
         if self.optimizer is not None and not self.optimizer.built:
             self.optimizer.build(self.trainable_variables)
+        # The masks as variables, which the step reads: never folded into constants of
+        # the compiled step (`tfp_maf.layers.gradient_masks.KernelMask`).
+        hold_kernel_masks(self)
         if self.train_function is None or force:
             self.train_function = one_step_function(self, self.train_step)
             if self.train_function is None:

@@ -334,3 +334,29 @@ def test_a_run_backed_up_in_blocks_resumes_with_dense_kernels(tmp_path):
     blocked.set_weights(best)
     dense.set_weights(resumed.best_weights)
     np.testing.assert_allclose(dense.log_prob(x), blocked.log_prob(x), rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernel_blocks", [1, 2])
+def test_the_xla_fit_step_reads_its_masks_and_holds_no_mask_sized_constant(kernel_blocks, tmp_path):
+    # A mask built from constants is folded back into a constant of its size by TF's and
+    # XLA's compilers; the fit step reads each kernel's mask from a variable instead
+    # (KernelMask), which is neither a weight of the model nor saved with it.
+    import re
+
+    from tfp_maf.layers import hold_kernel_masks
+
+    model = keras_models.MAF(12, hidden_units=[40, 40], num_layers=2, seed=0, kernel_blocks=kernel_blocks)
+    model.compile(optimizer="adam", jit_compile=True)
+    weights = [w.path for w in model.weights]
+    x = np.random.default_rng(0).normal(size=(50, 12)).astype(np.float32)
+    hold_kernel_masks(model)  # as fit does before it traces its step
+    hlo = tf.function(model.train_step, jit_compile=True).experimental_get_compiler_ir(tf.constant(x))(stage="hlo")
+    shapes = {tuple(v.shape) for v in model.trainable_variables if v.constraint is not None}
+    assert shapes and all(len(s) == 2 for s in shapes)
+    constants = {tuple(int(n) for n in m.split(",")) for m in re.findall(r"f32\[(\d+,\d+)\]\{[\d,]*\} constant", hlo)}
+    assert not constants & shapes, constants & shapes
+    model.fit(x, epochs=1, batch_size=25, verbose=0)
+    assert [w.path for w in model.weights] == weights
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    np.testing.assert_allclose(loaded.log_prob(x), model.log_prob(x), rtol=1e-6)

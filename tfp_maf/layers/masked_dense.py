@@ -35,22 +35,19 @@ import tensorflow as tf
 
 from tfp_maf._platform.layer_tracking import sublayers
 from tfp_maf.layers.block_layout import BlockLayout, reorder
-from tfp_maf.layers.gradient_masks import mask_tensor, masked_gradient
+from tfp_maf.layers.gradient_masks import KernelMask, masked_gradient
 
 __all__ = ["BlockedKernel", "DenseKernel", "MaskedDense", "apply_masks"]
 
 
-class _MaskConstraint(keras.constraints.Constraint):
+class _MaskConstraint(KernelMask, keras.constraints.Constraint):
     """Projects a kernel onto its mask: the one projection behind the initializer,
     the step after every optimizer update (Keras applies constraints there) and
     `MaskedDense.apply_mask`."""
 
-    def __init__(self, mask):
-        self.mask = mask
-
     def __call__(self, w):
         if tf.inside_function():  # a traced step: no mask-sized constant in the graph
-            return w * mask_tensor(self.mask, w.dtype)
+            return w * self.tensor(w.dtype)
         return w * keras.ops.cast(self.mask, w.dtype)
 
 
