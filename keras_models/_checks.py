@@ -12,8 +12,8 @@ from collections.abc import Mapping
 import keras
 import tensorflow as tf
 
-__all__ = ["check_count", "check_policy", "check_sample_y", "check_whole_executions", "check_x", "check_y",
-           "check_data", "floatx_of", "unpack"]
+__all__ = ["batch_shape", "check_count", "check_policy", "check_sample_y", "check_whole_executions", "check_x",
+           "check_y", "check_data", "floatx_of", "unpack"]
 
 
 def unpack(data):
@@ -79,6 +79,18 @@ def check_y(model, y, usage: str = "pass (x, y)"):
     y = tf.cast(tf.convert_to_tensor(y), model.compute_dtype)
     _check_width(model, "y", y.shape, K)
     return y
+
+
+def batch_shape(model, x, y) -> tf.TensorShape:
+    """The batch shape of checked ``x`` and ``y``: theirs broadcast (``x``'s alone for an
+    unconditional model)."""
+    if y is None:
+        return x.shape[:-1]
+    try:
+        return tf.broadcast_static_shape(x.shape[:-1], y.shape[:-1])
+    except ValueError:
+        raise ValueError(f"{model.name}: expected x and y whose batch shapes broadcast (the shape but the last "
+                         f"axis), got x of shape {x.shape.as_list()} and y of shape {y.shape.as_list()}.") from None
 
 
 def _check_width(model, name, shape, width, unknown_ok=False):

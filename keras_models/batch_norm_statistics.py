@@ -22,15 +22,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_models.model_functions import model_function
+from keras_models.model_functions import model_function, rows_per_call
 from tfp_maf import BatchNormState, ExpGammaBatchNorm, flow_kwargs
 from tfp_maf.bijectors import FusedBijector
 from tfp_maf.layers import kernels_as_stored, sublayers
 
 __all__ = ["BatchNormStatistics", "EpochStatistics", "batch_norm_layers", "set_batch_norm_statistics"]
-
-#: Values (rows times columns) per call of `set_batch_norm_statistics` by default.
-BATCH_VALUES = 2**21
 
 #: `EpochStatistics` weighs a minibatch by ``e`` less over each such fraction of the
 #: epoch after it ...
@@ -75,9 +72,9 @@ def set_batch_norm_statistics(model, x, y=None, batch_size: int | None = None) -
       model: a `keras_models.DensityModel`; one without batch norms is left as it is.
       x: the training data ``[N, D]``.
       y: its side information ``[N, K]`` for a conditional model.
-      batch_size: rows per call through the flow; None: about `BATCH_VALUES` values
-        (at most 10,000 rows). A call's temporary memory grows with it, and beyond
-        that size no faster (an MNIST MAF (5) at 10,000 rows: +350 MiB).
+      batch_size: rows per call through the flow; None:
+        `keras_models.model_functions.rows_per_call` (a call's temporary memory grows
+        with its rows, and its speed not beyond that size).
 
     See `keras_models.DensityModel.set_batch_norm_statistics` for an example.
     """
@@ -86,7 +83,7 @@ def set_batch_norm_statistics(model, x, y=None, batch_size: int | None = None) -
         return
     x = np.asarray(x)
     dtype = model.compute_dtype
-    batch_size = batch_size or min(10_000, max(1, BATCH_VALUES // max(1, int(np.prod(x.shape[1:])))))
+    batch_size = batch_size or rows_per_call(int(np.prod(x.shape[1:])))
     starts = range(0, len(x), batch_size)
     if len(starts) == 1:  # a small training set: every batch norm in one call
         _set_in_one_call(model, layers, x, y, dtype)

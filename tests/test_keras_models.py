@@ -189,6 +189,34 @@ def test_batch_norm_statistics_come_from_the_training_set():
     np.testing.assert_allclose(model.log_prob(x, training=True), model.log_prob(x), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("x_shape, y_shape", [((20, 2), None), ((20, 2), (20, 2)), ((20, 2), (2,)),
+                                              ((4, 5, 2), (5, 2)), ((2,), (4, 5, 2)), ((6, 2), None)])
+def test_a_large_eager_log_prob_goes_through_the_traced_function_in_parts(monkeypatch, x_shape, y_shape):
+    # 7 rows a call: 20 rows go in three parts of 7, 7 and 6; 6 rows in one call, as given.
+    monkeypatch.setattr(km.model_functions, "CALL_VALUES", 14)
+    model = _small("maf5", y_shape is not None)
+    randomize_weights(model, 0, scale=0.3)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=x_shape).astype(np.float32)
+    y = None if y_shape is None else rng.normal(size=y_shape).astype(np.float32)
+    traced, calls = model._traced_log_prob, []
+
+    def spy(x, y):
+        calls.append((x.shape, y is None or y.shape))
+        return traced(x, y)
+
+    monkeypatch.setattr(model, "_traced_log_prob", spy)
+    log_prob = model.log_prob(x, y)
+    expected = model.distribution(y).log_prob(x)  # the TFP distribution, in one eager call
+    assert log_prob.shape == expected.shape
+    np.testing.assert_allclose(log_prob, expected, rtol=1e-5, atol=1e-5)
+    if x_shape == (6, 2):
+        assert calls == [((6, 2), True)]
+    else:
+        assert [shape[0] for shape, _ in calls] == [7, 7, 6], calls
+        assert all(y_seen is True or y_seen == (shape[0], 2) for shape, y_seen in calls), calls
+
+
 def test_bad_input_raises_with_what_was_expected():
     model = km.MAF(2, hidden_units=[8], num_layers=1, conditional_dims=3)
     with pytest.raises(ValueError, match=r"expected x with 2 columns, got shape \[4, 5\]"):
@@ -199,6 +227,8 @@ def test_bad_input_raises_with_what_was_expected():
         model.log_prob(np.zeros((4, 2), np.float32))
     with pytest.raises(TypeError, match="floating-point x, got int32"):
         model.log_prob(np.zeros((4, 2), np.int32), np.zeros((4, 3), np.float32))
+    with pytest.raises(ValueError, match=r"batch shapes broadcast .*got x of shape \[3, 2\] and y of shape \[4, 3\]"):
+        model.log_prob(np.zeros((3, 2), np.float32), np.zeros((4, 3), np.float32))
     with pytest.raises(ValueError, match="unknown model 'maf7'"):
         km.build("maf7", 2)
 
