@@ -192,9 +192,10 @@ class DensityModel(KerasLoop):
 
         Eagerly and with ``training=False`` it runs one traced function per model
         (whatever the batch size), so that a call costs the computation, not TFP's
-        Python; a batch of more rows than `keras_models.model_functions.rows_per_call`
-        gives goes through it in parts of at most that many, so that its temporary
-        memory stays that of a part. ``model(x)`` (``model((x, y))``) gives the same.
+        Python. A batch of more rows than
+        `keras_models.model_functions.rows_per_call` (about 2 million values) goes
+        through it in parts of that many rows, so that a call's temporary memory stays
+        that of a part. ``model(x)`` (``model((x, y))``) gives the same.
 
         Args:
           x: ``batch + [D]``, floating point (NumPy or tensor); cast to the model's
