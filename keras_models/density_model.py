@@ -12,7 +12,7 @@ from keras_models import _checks
 from keras_models._checks import unpack
 from keras_models.batch_norm_statistics import set_batch_norm_statistics
 from keras_models.keras_loop import KerasLoop
-from keras_models.model_functions import model_function, rows_per_call
+from keras_models.model_functions import in_parts, model_function, rows_per_call
 from tfp_maf import apply_masks
 from tfp_maf.layers import kernels_as_stored
 from tfp_maf.sampling import full_passes, without_gradients
@@ -232,7 +232,7 @@ class DensityModel(KerasLoop):
             # layer's outputs for every row at once (10,000 MNIST rows through a MAF (5):
             # 350 MiB more), for no more speed.
             batch = _checks.batch_shape(self, x, y)
-            return _in_parts(self._traced_log_prob, x, y, batch, rows_per_call(self.event_size))
+            return in_parts(self._traced_log_prob, x, y, batch, rows_per_call(self.event_size))
         return self._log_prob(x, y, training)
 
     def _traced_log_prob(self, x, y):
@@ -485,14 +485,3 @@ def keywords(cls) -> tuple[str, ...]:
                 declared.append(parameter.name)
     return (*sorted(declared), *KERAS_KEYWORDS)
 
-
-def _in_parts(fn, x, y, batch, rows: int) -> tf.Tensor:
-    """``fn(x, y)``, a value per element of ``batch`` (the shape ``x`` and ``y`` broadcast
-    to, known: eager tensors), computed ``rows`` rows a call at most."""
-    n = batch.num_elements()
-    if n <= rows:
-        return fn(x, y)
-    x = tf.reshape(tf.broadcast_to(x, batch + x.shape[-1:]), [n, -1])
-    y = None if y is None else tf.reshape(tf.broadcast_to(y, batch + y.shape[-1:]), [n, -1])
-    parts = [fn(x[i:i + rows], None if y is None else y[i:i + rows]) for i in range(0, n, rows)]
-    return tf.reshape(tf.concat(parts, 0), batch)

@@ -4,9 +4,11 @@ rows one call of them maps where a user's call is mapped in parts."""
 
 from __future__ import annotations
 
+import tensorflow as tf
+
 from tfp_maf.tracing import traced_on_purpose
 
-__all__ = ["CALL_ROWS", "CALL_VALUES", "model_function", "rows_per_call"]
+__all__ = ["CALL_ROWS", "CALL_VALUES", "in_parts", "model_function", "rows_per_call"]
 
 #: Values (rows times D) per call of a model's traced function where a call of the user's
 #: is mapped in parts (an eager ``log_prob``, the batch norms' statistics pass) ...
@@ -40,3 +42,20 @@ def model_function(model, name: str, y, fn):
     if key not in cache:  # (traced_on_purpose: without AutoGraph, which could not parse these lambdas)
         cache[key] = traced_on_purpose(fn, reduce_retracing=True)
     return cache[key]
+
+
+def in_parts(fn, x, y, batch, rows: int) -> tf.Tensor:
+    """``fn(x, y)``, a value per element of ``batch`` (the shape ``x`` and ``y`` broadcast
+    to, known: eager tensors), computed ``rows`` rows a call at most."""
+    n = batch.num_elements()
+    if n <= rows:
+        return fn(x, y)
+
+    def rows_of(t):  # [n, width]; a copy only where t has fewer rows than the batch
+        if t.shape[:-1] != batch:
+            t = tf.broadcast_to(t, batch + t.shape[-1:])
+        return tf.reshape(t, [n, -1])
+
+    x, y = rows_of(x), None if y is None else rows_of(y)
+    parts = [fn(x[i:i + rows], None if y is None else y[i:i + rows]) for i in range(0, n, rows)]
+    return tf.reshape(tf.concat(parts, 0), batch)
