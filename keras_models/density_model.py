@@ -12,7 +12,14 @@ from keras_models import _checks
 from keras_models._checks import unpack
 from keras_models.batch_norm_statistics import set_batch_norm_statistics
 from keras_models.keras_loop import KerasLoop
-from keras_models.model_functions import in_parts, model_function, rows_per_call
+from keras_models.model_functions import (
+    draws_in_parts,
+    in_parts,
+    model_function,
+    noise_in_parts,
+    rows_per_call,
+    sample_rows_per_call,
+)
 from tfp_maf import apply_masks
 from tfp_maf.layers import kernels_as_stored
 from tfp_maf.sampling import full_passes, without_gradients
@@ -256,7 +263,9 @@ class DensityModel(KerasLoop):
         """``[n, D]`` samples.
 
         Exact samples, computed without gradients; for differentiable samples use
-        ``model.distribution(y).sample(...)`` under a `tf.GradientTape`.
+        ``model.distribution(y).sample(...)`` under a `tf.GradientTape`. Eagerly, more
+        than `keras_models.model_functions.sample_rows_per_call` samples come in parts
+        of that many (as `log_prob`'s rows).
 
         Args:
           n: the number of samples, an integer >= 0 (Python, NumPy or an integer
@@ -288,10 +297,11 @@ class DensityModel(KerasLoop):
         if seed is not None:  # a stateless seed: two int32s
             seed = tf.cast(seed, tf.int32)
         y = _checks.check_sample_y(self, n, y)
-        if tf.executing_eagerly():  # one traced program per model for every n (see log_prob)
-            draw = model_function(self, f"sample, seed {seed is not None}", y, self._draw)
-            return draw(tf.cast(n, tf.int32), y, seed)
-        return self._draw(n, y, seed)
+        if not tf.executing_eagerly():
+            return self._draw(n, y, seed)
+        # One traced program per model for every n (see log_prob), in parts of many rows.
+        draw = model_function(self, f"sample, seed {seed is not None}", y, self._draw)
+        return draws_in_parts(draw, int(n), y, seed, sample_rows_per_call(self.event_size))
 
     def _draw(self, n, y, seed):
         # Values only: no gradient machinery kept per trace (`tfp_maf.sampling.without_gradients`);
@@ -352,9 +362,11 @@ class DensityModel(KerasLoop):
             if gumbel.shape.rank is not None and gumbel.shape[1:] != [self.event_size, C]:
                 raise ValueError(f"{self.name}: expected gumbel of shape [n, {self.event_size}, {C}], "
                                  f"got shape {gumbel.shape.as_list()}.")
-        if tf.executing_eagerly():  # one traced program per model for every n (see log_prob)
-            return model_function(self, "sample_from_noise", y, self._noise_sample)(noise, y, gumbel)
-        return self._noise_sample(noise, y, gumbel)
+        if not tf.executing_eagerly():
+            return self._noise_sample(noise, y, gumbel)
+        # One traced program per model for every n (see log_prob), in parts of many rows.
+        from_noise = model_function(self, "sample_from_noise", y, self._noise_sample)
+        return noise_in_parts(from_noise, noise, y, gumbel, sample_rows_per_call(self.event_size))
 
     def _noise_sample(self, noise, y, gumbel):
         with full_passes(), without_gradients(), kernels_as_stored():
