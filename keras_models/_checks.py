@@ -10,10 +10,11 @@ import types
 from collections.abc import Mapping
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-__all__ = ["batch_shape", "check_count", "check_policy", "check_sample_y", "check_whole_executions", "check_x",
-           "check_y", "check_data", "floatx_of", "unpack"]
+__all__ = ["batch_shape", "by_name", "check_count", "check_policy", "check_sample_y", "check_whole_executions", "check_x",
+           "check_y", "check_data", "floatx_of", "unpack", "weights_kept"]
 
 
 def unpack(data):
@@ -70,7 +71,7 @@ def check_y(model, y, usage: str = "pass (x, y)"):
     to the model's dtype. ``usage`` says how the call that lacked y takes it."""
     K = model.conditional_dims
     if K is None:
-        if y is not None:
+        if y is not None and not _no_columns(y):  # [N, 0]: see `weights_kept`
             raise ValueError(f"{model.name} is unconditional, but y was given.")
         return None
     if y is None:
@@ -79,6 +80,44 @@ def check_y(model, y, usage: str = "pass (x, y)"):
     y = tf.cast(tf.convert_to_tensor(y), model.compute_dtype)
     _check_width(model, "y", y.shape, K)
     return y
+
+
+def _no_columns(y) -> bool:
+    shape = getattr(y, "shape", None)
+    return shape is not None and len(shape) > 0 and shape[-1] == 0
+
+
+def by_name(method, args, kwargs) -> dict:
+    """``method``'s arguments ``args`` and ``kwargs``, all by name."""
+    bound = inspect.signature(method).bind(*args, **kwargs).arguments
+    extra = next((bound.pop(p.name) for p in inspect.signature(method).parameters.values()
+                  if p.kind is p.VAR_KEYWORD and p.name in bound), {})
+    return {**bound, **extra}
+
+
+def weights_kept(model, given: dict) -> dict:
+    """``fit`` or ``evaluate``'s arguments by name, where an unconditional model gets
+    ``sample_weight`` (or ``validation_data`` of ``(x, None, w)``) with array or tensor
+    ``x``: ``y`` then an empty ``[N, 0]`` array, which the steps read as no ``y``
+    (`check_y`). Keras' adapters drop a ``sample_weight`` that comes without ``y`` (Keras
+    3.15): the model trained and evaluated unweighted, and said nothing.
+
+    ``class_weight`` weighs rows by their class, read from ``y``: an unconditional model
+    has none, and it is refused (Keras failed with an ``IndexError``)."""
+    if model.conditional_dims is not None:
+        return given
+    if given.get("class_weight") is not None:
+        raise ValueError(f"{model.name} is unconditional: class_weight weighs rows by their class, read from y, "
+                         "and it has none; pass sample_weight, one weight per row.")
+    given = dict(given)
+    x, weights = given.get("x"), given.get("sample_weight")
+    if weights is not None and given.get("y") is None and hasattr(x, "shape") and len(x.shape) > 0:
+        given["y"] = np.zeros((x.shape[0], 0), np.float32)
+    validation = given.get("validation_data")
+    if (isinstance(validation, tuple) and len(validation) == 3 and validation[1] is None
+            and validation[2] is not None and hasattr(validation[0], "shape")):
+        given["validation_data"] = (validation[0], np.zeros((validation[0].shape[0], 0), np.float32), validation[2])
+    return given
 
 
 def batch_shape(model, x, y) -> tf.TensorShape:

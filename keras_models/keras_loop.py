@@ -46,12 +46,14 @@ class KerasLoop(keras.Model):
         """
         kwargs = _checks.dataset_shuffle(super().fit, args, kwargs)
         # By name from here: the callbacks may come positionally.
-        args, kwargs = (), dict(inspect.signature(super().fit).bind(*args, **kwargs).arguments)
+        kwargs = _checks.by_name(super().fit, args, kwargs)
         kwargs["callbacks"] = with_epoch_statistics(self, kwargs.get("callbacks"))
-        return self._checked_call(super().fit, args, kwargs, ("steps_per_epoch", "validation_steps"))
+        kwargs = _checks.weights_kept(self, kwargs)
+        return self._checked_call(super().fit, (), kwargs, ("steps_per_epoch", "validation_steps"))
 
     def evaluate(self, *args, **kwargs):
-        return self._checked_call(super().evaluate, args, kwargs, ("steps",))
+        kwargs = _checks.weights_kept(self, _checks.by_name(super().evaluate, args, kwargs))
+        return self._checked_call(super().evaluate, (), kwargs, ("steps",))
 
     def predict(self, *args, **kwargs):
         return self._checked_call(super().predict, args, kwargs, ("steps",))
@@ -184,11 +186,13 @@ def _plus_l2_gradients(gradients, variables, l2_factors, replicas):
 
 
 def _weighted_mean(values, sample_weight):
-    """The mean of ``values``, weighted by ``sample_weight`` when given."""
+    """The mean of ``values``, weighted by ``sample_weight`` when given; 0 for a batch
+    whose weights sum to 0 (it weighs nothing in the epoch's mean, `_rows`, and has no
+    gradient)."""
     if sample_weight is None:
         return tf.reduce_mean(values)
     weights = tf.cast(tf.reshape(sample_weight, tf.shape(values)), values.dtype)
-    return tf.reduce_sum(values * weights) / tf.reduce_sum(weights)
+    return tf.math.divide_no_nan(tf.reduce_sum(values * weights), tf.reduce_sum(weights))
 
 
 def _rows(x, sample_weight, dtype):

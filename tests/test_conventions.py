@@ -160,13 +160,35 @@ def test_every_keras_input_form_of_a_conditional_model():
     np.testing.assert_allclose(model.predict(ds, verbose=0), model.log_prob(x, y), rtol=1e-5)
 
 
-def test_sample_weights_weight_the_loss():
-    x, y = _data(True, n=40)
-    model = _model("maf5", conditional=True)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
-    weights = np.r_[np.ones(20), np.zeros(20)].astype(np.float32)
-    weighted = model.evaluate(x, y, sample_weight=weights, batch_size=40, verbose=0)
-    np.testing.assert_allclose(weighted, -np.mean(model.log_prob(x[:20], y[:20])), rtol=1e-5)
+@pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
+def test_sample_weights_weight_the_loss(conditional):
+    # The first 10 of 40 rows weigh 1, the rest 0: in batches of 10 (three weighing
+    # nothing) as in one, fit's loss (no step: SGD at 0) and evaluate's are the mean of
+    # those 10. Keras' adapters drop a sample_weight that comes without y.
+    x, y = _data(conditional, n=40)
+    model = _model("maf5", conditional)
+    randomize_weights(model, 0, scale=0.3)
+    model.compile(optimizer=keras.optimizers.SGD(0.0), jit_compile=False)
+    weights = np.r_[np.ones(10), np.zeros(30)].astype(np.float32)
+    data, y10 = ((x, y), y[:10]) if conditional else ((x,), None)
+
+    def weighted_nll(**training):  # the first 10 rows' (batch norms: as in a batch of 10)
+        return -np.mean(model.log_prob(x[:10], y10, **training))
+
+    for batch_size in (10, 40):
+        np.testing.assert_allclose(model.evaluate(*data, sample_weight=weights, batch_size=batch_size, verbose=0),
+                                   weighted_nll(), rtol=1e-5)
+        history = model.fit(*data, sample_weight=weights, batch_size=batch_size, epochs=1, verbose=0,
+                            shuffle=False, validation_data=(x, y, weights)).history
+        np.testing.assert_allclose(history["val_loss"][0], weighted_nll(), rtol=1e-5)
+        if batch_size == 10:
+            np.testing.assert_allclose(history["loss"][0], weighted_nll(training=True), rtol=1e-5)
+        else:  # the batch norms' statistics are those of the 40 rows
+            train_mode = model.log_prob(x, y, training=True).numpy()
+            np.testing.assert_allclose(history["loss"][0], -np.mean(train_mode[:10]), rtol=1e-5)
+    if not conditional:
+        with pytest.raises(ValueError, match="unconditional: class_weight weighs rows by their class"):
+            model.fit(x, sample_weight=weights, class_weight={0: 1.0}, epochs=1, verbose=0)
 
 
 @pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
