@@ -13,8 +13,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["batch_shape", "by_name", "check_count", "check_policy", "check_sample_y", "check_whole_executions", "check_x",
-           "check_y", "check_data", "floatx_of", "unpack", "weights_kept"]
+__all__ = ["batch_shape", "by_name", "check_count", "check_policy", "check_sample_y", "check_whole_executions",
+           "check_x", "check_y", "check_data", "floatx_of", "unpack", "weights_kept"]
 
 
 def unpack(data):

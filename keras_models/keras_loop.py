@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import inspect
 
 import keras
 import tensorflow as tf
