@@ -247,7 +247,7 @@ class DensityModel(KerasLoop):
         traced function of it. The test and predict steps call it too: the trace made
         for validation then serves the user's later calls (each trace costs about 0.2 s
         for a MAF (5), 2 cores)."""
-        return model_function(self, "log_prob", y, lambda x, y: self._log_prob(x, y, False))(x, y)
+        return model_function(self, "log_prob", y, lambda x, y: self._log_prob(x, y, False), x=x)(x, y)
 
     def _log_prob(self, x, y, training) -> tf.Tensor:
         """log p(x | y) of checked inputs: the distribution's, or a subclass's faster
@@ -365,7 +365,7 @@ class DensityModel(KerasLoop):
         if not tf.executing_eagerly():
             return self._noise_sample(noise, y, gumbel)
         # One traced program per model for every n (see log_prob), in parts of many rows.
-        from_noise = model_function(self, "sample_from_noise", y, self._noise_sample)
+        from_noise = model_function(self, "sample_from_noise", y, self._noise_sample, x=noise)
         return noise_in_parts(from_noise, noise, y, gumbel, sample_rows_per_call(self.event_size))
 
     def _noise_sample(self, noise, y, gumbel):

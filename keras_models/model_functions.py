@@ -49,13 +49,13 @@ def rows_per_call(event_size: int) -> int:
     return min(CALL_ROWS, max(1, CALL_VALUES // max(1, int(event_size))))
 
 
-def model_function(model, name: str, y, fn):
-    """``fn`` as a `tf.function` kept on ``model``, one per ``name`` and rank of ``y`` (a
-    relaxed rank would leave the layers' widths unknown). Its batch dimension relaxes
-    to None on the second size: at most two traces each. The functions go with the
-    model."""
+def model_function(model, name: str, y, fn, x=None):
+    """``fn`` as a `tf.function` kept on ``model``, one per ``name`` and rank of ``y``
+    and of ``x`` where given (a relaxed rank would leave the layers' widths unknown).
+    Its batch dimension relaxes to None on the second size: at most two traces each.
+    The functions go with the model."""
     cache = model.__dict__.setdefault("_traced_calls", {})  # not a Keras-tracked attribute
-    key = (name, None if y is None else y.shape.rank)
+    key = (name, None if y is None else y.shape.rank, None if x is None else x.shape.rank)
     if key not in cache:  # (traced_on_purpose: without AutoGraph, which could not parse these lambdas)
         cache[key] = traced_on_purpose(fn, reduce_retracing=True)
     return cache[key]

@@ -134,3 +134,12 @@ def test_log_prob_and_its_gradients_under_xla_equal_eager(conditional_dims):
     eager, xla = value_and_gradients(), tf.function(value_and_gradients, jit_compile=True)()
     for a, b in zip(tf.nest.flatten(xla), tf.nest.flatten(eager), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_parameters_of_unknown_rank():
+    # A tf.function relaxed to an unknown rank (a model's log_prob called with [D] and
+    # then [N, D]) still knows the bins: they come from `bins`, not the shape.
+    raw = np.random.default_rng(0).normal(size=(4, 3, num_spline_params(BINS))).astype(np.float32)
+    relaxed = tf.function(lambda r: spline_parameters(r, BINS, BOUND), input_signature=[tf.TensorSpec(None)])
+    for got, expected in zip(relaxed(raw), spline_parameters(raw, BINS, BOUND), strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)

@@ -62,9 +62,9 @@ def num_spline_params(bins: int) -> int:
     return 3 * int(bins) - 1
 
 
-def _bins(raw, bound):
-    """Bin sizes summing to ``2 bound``, none below ``MIN_BIN`` of it: a softmax, floored."""
-    K = raw.shape[-1]
+def _bins(raw, K: int, bound):
+    """``K`` bin sizes summing to ``2 bound``, none below ``MIN_BIN`` of it: a softmax,
+    floored (``K`` from the caller: ``raw``'s shape may not know it)."""
     fraction = MIN_BIN + (1.0 - MIN_BIN * K) * tf.nn.softmax(raw, axis=-1)
     return 2.0 * bound * fraction
 
@@ -98,7 +98,7 @@ def spline_parameters(raw, bins: int, bound: float):
     offset = tf.cast(np.log(np.expm1(1.0 - MIN_SLOPE)), dtype)
     raw_widths, raw_heights, raw_slopes = tf.split(raw, [K, K, K - 1], axis=-1)
     slopes = MIN_SLOPE + tf.nn.softplus(raw_slopes + offset)
-    return _bins(raw_widths, bound), _bins(raw_heights, bound), slopes
+    return _bins(raw_widths, K, bound), _bins(raw_heights, K, bound), slopes
 
 
 def _select(table, one_hot):
