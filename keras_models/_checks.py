@@ -13,8 +13,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["batch_shape", "by_name", "check_count", "check_policy", "check_sample_y", "check_whole_executions",
-           "check_x", "check_y", "check_data", "floatx_of", "unpack", "weights_kept"]
+__all__ = ["batch_shape", "by_name", "check_count", "check_policy", "check_sample_y", "check_seed",
+           "check_whole_executions", "check_x", "check_y", "check_data", "floatx_of", "unpack", "weights_kept"]
 
 
 def unpack(data):
@@ -182,6 +182,24 @@ def check_count(n, owner: str):
     if count < 0:
         raise ValueError(f"{owner}: sample(n) needs an integer n >= 0, got n={count}.")
     return count
+
+
+def check_seed(seed, owner: str):
+    """``sample``'s ``seed`` -> None, or the stateless seed: two int32s. An integer ``s``
+    (Python, NumPy or a tensor) is ``(0, s)``: TFP would read a lone int as an op seed,
+    and NumPy's integers once failed. Values beyond int32 are refused (a cast would wrap
+    them, different seeds giving the same samples)."""
+    if seed is None:
+        return None
+    if tf.is_tensor(seed) and not hasattr(seed, "numpy"):  # symbolic: checked where it runs
+        seed = tf.cast(seed, tf.int32)
+        return tf.stack([0, seed]) if seed.shape.rank == 0 else seed
+    values = np.asarray(seed)
+    if (values.dtype.kind not in "iu" or values.shape not in ((), (2,))
+            or np.any(values < np.iinfo(np.int32).min) or np.any(values > np.iinfo(np.int32).max)):
+        raise ValueError(f"{owner}: sample(seed=...) needs an integer or two, each within int32, got {seed!r}.")
+    values = values.astype(np.int32)
+    return tf.constant([0, values] if values.shape == () else values, tf.int32)
 
 
 def check_sample_y(model, n, y):

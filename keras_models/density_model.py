@@ -13,7 +13,6 @@ from keras_models._checks import unpack
 from keras_models.batch_norm_statistics import set_batch_norm_statistics
 from keras_models.keras_loop import KerasLoop
 from keras_models.model_functions import (
-    draws_in_parts,
     in_parts,
     model_function,
     noise_in_parts,
@@ -263,9 +262,7 @@ class DensityModel(KerasLoop):
         """``[n, D]`` samples.
 
         Exact samples, computed without gradients; for differentiable samples use
-        ``model.distribution(y).sample(...)`` under a `tf.GradientTape`. Eagerly, more
-        than `keras_models.model_functions.sample_rows_per_call` samples come in parts
-        of that many (as `log_prob`'s rows).
+        ``model.distribution(y).sample(...)`` under a `tf.GradientTape`.
 
         Args:
           n: the number of samples, an integer >= 0 (Python, NumPy or an integer
@@ -292,16 +289,14 @@ class DensityModel(KerasLoop):
         (TensorShape([4, 2]), tf.float32, True)
         """
         n = _checks.check_count(n, self.name)
-        if isinstance(seed, int):  # TFP would read an int as a stateful op seed
-            seed = [0, seed]
-        if seed is not None:  # a stateless seed: two int32s
-            seed = tf.cast(seed, tf.int32)
+        seed = _checks.check_seed(seed, self.name)
         y = _checks.check_sample_y(self, n, y)
         if not tf.executing_eagerly():
             return self._draw(n, y, seed)
-        # One traced program per model for every n (see log_prob), in parts of many rows.
+        # One traced program per model for every n (see log_prob). In one call, not in
+        # parts: a seeded draw gives what the export's `sample` gives for the same seed.
         draw = model_function(self, f"sample, seed {seed is not None}", y, self._draw)
-        return draws_in_parts(draw, int(n), y, seed, sample_rows_per_call(self.event_size))
+        return draw(tf.cast(n, tf.int32), y, seed)
 
     def _draw(self, n, y, seed):
         # Values only: no gradient machinery kept per trace (`tfp_maf.sampling.without_gradients`);

@@ -1,7 +1,7 @@
 """`tf.function`s kept on a model: its steps outside `fit`, `evaluate` and `predict`
 (``log_prob``, ``sample``, the batch norms' statistics), traced once per model, and the
-rows one call of them maps where a user's call is mapped in parts (an eager ``log_prob``,
-``sample`` or ``sample_from_noise`` of many rows)."""
+rows one call of them maps where a user's call is mapped in parts (an eager ``log_prob``
+or ``sample_from_noise`` of many rows)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from tfp_maf.tracing import traced_on_purpose
 
-__all__ = ["CALL_ROWS", "CALL_VALUES", "SAMPLE_FACTOR", "by_parts", "draws_in_parts", "in_parts", "model_function",
+__all__ = ["CALL_ROWS", "CALL_VALUES", "SAMPLE_FACTOR", "by_parts", "in_parts", "model_function",
            "noise_in_parts", "rows_per_call", "sample_rows_per_call"]
 
 #: Values (rows times D) per call of a model's traced function where a call of the user's
@@ -17,16 +17,15 @@ __all__ = ["CALL_ROWS", "CALL_VALUES", "SAMPLE_FACTOR", "by_parts", "draws_in_pa
 CALL_VALUES = 2**21
 #: ... and at most this many rows (a small D's rows still go through wide hidden layers).
 CALL_ROWS = 10_000
-#: ``sample`` and ``sample_from_noise`` take this many times as many rows a call: a call
-#: of theirs costs more before its first row (30,000 MNIST samples from a MAF (5), 2 cores:
-#: 1.23x to 1.39x the time of one call in parts of 2,674 rows, 1.05x to 1.14x in parts of
-#: 10,696).
+#: ``sample_from_noise`` takes this many times as many rows a call: a call of the sampler
+#: costs more before its first row (30,000 MNIST samples from a MAF (5), 2 cores: 1.23x to
+#: 1.39x the time of one call in parts of 2,674 rows, 1.05x to 1.14x in parts of 10,696).
 SAMPLE_FACTOR = 4
 
 
 def sample_rows_per_call(event_size: int) -> int:
-    """Rows per call of a model's traced ``sample`` or ``sample_from_noise``:
-    `rows_per_call` times `SAMPLE_FACTOR`.
+    """Rows per call of a model's traced ``sample_from_noise``: `rows_per_call` times
+    `SAMPLE_FACTOR`.
 
     >>> sample_rows_per_call(784)
     10696
@@ -83,20 +82,6 @@ def by_parts(call, n: int, rows: int) -> tf.Tensor:
     for consecutive parts of at most ``rows`` rows (``part`` counts them from 0),
     concatenated along the first axis."""
     return tf.concat([call(start, min(start + rows, n), part) for part, start in enumerate(range(0, n, rows))], 0)
-
-
-def draws_in_parts(draw, n: int, y, seed, rows: int) -> tf.Tensor:
-    """``draw(n, y, seed)``, a model's traced ``sample``, at most ``rows`` samples a call
-    (`sample_rows_per_call`).
-    A ``y`` of one row per sample (``[n, K]``) goes with its samples; a seeded draw's
-    part ``i`` takes the seed folded with ``i`` (`tf.random.experimental.stateless_fold_in`),
-    so the same call gives the same samples; ``n <= rows``: one call, ``seed`` as given."""
-    if n <= rows:
-        return draw(tf.constant(n, tf.int32), y, seed)
-    per_row = y is not None and y.shape.rank == 2
-    return by_parts(lambda start, stop, part: draw(
-        tf.constant(stop - start, tf.int32), y[start:stop] if per_row else y,
-        None if seed is None else tf.random.experimental.stateless_fold_in(seed, part)), n, rows)
 
 
 def noise_in_parts(from_noise, noise, y, gumbel, rows: int) -> tf.Tensor:

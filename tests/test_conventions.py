@@ -211,6 +211,13 @@ def test_sample_edge_inputs(name, conditional):
     y = np.eye(K, dtype=np.float32)[0] if conditional else None
     assert model.sample(0, y=y).shape == [0, D]
     assert model.sample(np.int64(2), y=y).shape == [2, D]
+    # A NumPy or tensor integer seed is the Python int's; beyond int32 it is refused.
+    same = model.sample(3, y=y, seed=5).numpy()
+    for seed in (np.int64(5), np.int32(5), tf.constant(5), (0, 5), np.array([0, 5])):
+        np.testing.assert_array_equal(model.sample(3, y=y, seed=seed), same)
+    for seed in (2**40, (0, -2**33), 2.5, (1, 2, 3)):
+        with pytest.raises(ValueError, match=r"sample\(seed=...\) needs an integer or two, each within int32"):
+            model.sample(3, y=y, seed=seed)
     for bad in (-1, 2.5, "3"):
         with pytest.raises(ValueError, match="sample\\(n\\) needs an integer n >= 0, got n="):
             model.sample(bad, y=y)
