@@ -239,6 +239,8 @@ def cmd_evaluate(args) -> dict:
 def cmd_sample(args) -> dict:
     model = _load_model(args.out)
     y = None
+    if not model.conditional_dims and args.label is not None:
+        raise SystemExit("tfp-maf: this model is unconditional; --label is for a conditional one.")
     if model.conditional_dims:
         if args.label is None:
             raise SystemExit(f"tfp-maf: this model is conditional; pass --label 0..{model.conditional_dims - 1}.")
@@ -261,6 +263,27 @@ def cmd_export(args) -> dict:
     from keras_models.portable import export_files
 
     return export_files(model, args.out, formats=[args.format])
+
+
+def _number(kind, low, strict=False):
+    """An argparse type: ``kind`` (int or float) at least ``low`` (above it if
+    ``strict``), so that a bad value gets a one-line usage error, not a traceback or a
+    run that trains on it (a negative step size trains until the loss is NaN)."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        if value < low or (strict and value == low) or value != value or value in (float("inf"), float("-inf")):
+            what = "an integer" if kind is int else "a finite number"
+            raise argparse.ArgumentTypeError(f"expected {what} {'above' if strict else 'at least'} {low:g}, got {text}")
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type in its message
+    return parse
+
+
+POSITIVE_INT, COUNT, POSITIVE = _number(int, 1), _number(int, 0), _number(float, 0.0, strict=True)
 
 
 def _version() -> str:
@@ -293,29 +316,29 @@ def _parser() -> argparse.ArgumentParser:
                        help="start the run in --out over, finished or interrupted (its model.keras is kept "
                             "as model.previous.keras); without it a finished run is refused and an "
                             "interrupted one resumes")
-    train.add_argument("--hidden-units", type=int, nargs="+", default=None,
+    train.add_argument("--hidden-units", type=POSITIVE_INT, nargs="+", default=None,
                        help="default: the paper's option --size-option for the dataset")
-    train.add_argument("--size-option", type=int, default=0,
+    train.add_argument("--size-option", type=COUNT, default=0,
                        help="index into the paper's hidden-size options for the dataset (0: smallest)")
     train.add_argument("--no-jit", dest="jit_compile", action="store_const", const=False, default="auto",
                        help="train without XLA (default: XLA unless the run is too short to repay "
                             "its compilation; keras_models.training.compile_as_paper)")
     train.add_argument("--protocol", choices=PROTOCOLS, default="paper", help=PROTOCOL_HELP)
-    train.add_argument("--batch-size", type=int, default=100, help="default: %(default)s, the paper's")
-    train.add_argument("--max-epochs", type=int, default=1000,
+    train.add_argument("--batch-size", type=POSITIVE_INT, default=100, help="default: %(default)s, the paper's")
+    train.add_argument("--max-epochs", type=POSITIVE_INT, default=1000,
                        help="epoch cap (default: %(default)s: early stopping decides)")
-    train.add_argument("--max-minutes", type=float, default=None,
+    train.add_argument("--max-minutes", type=POSITIVE, default=None,
                        help="time budget of this call; the same command again goes on (default: none)")
-    train.add_argument("--patience", type=int, default=30,
+    train.add_argument("--patience", type=COUNT, default=30,
                        help="epochs without a better validation loss before stopping (default: %(default)s, "
                             "the paper's)")
     train.add_argument("--seed", type=int, default=0,
                        help="seed of the data split, the weights and the batches (default: %(default)s)")
-    train.add_argument("--learning-rate", type=float, default=None,
+    train.add_argument("--learning-rate", type=POSITIVE, default=None,
                        help="Adam's step size (default: the paper's, 1e-3 MADE and MADE MoG, 1e-4 flows)")
     train.add_argument("--deterministic", action="store_true",
                        help="TensorFlow op determinism: the same seed gives bit-identical weights")
-    train.add_argument("--log-scale-bound", type=float, default=None,
+    train.add_argument("--log-scale-bound", type=POSITIVE, default=None,
                        help="soft-bound the flows' log-scales to +-B "
                             "(off, as in the paper; try 10 on heavy-tailed data)")
     train.add_argument("--quiet", action="store_true", help="no progress on stderr (the JSON result only)")
@@ -332,18 +355,18 @@ def _parser() -> argparse.ArgumentParser:
                            help="data root with <dataset>/<file>; default $TFP_MAF_DATA, else ~/.tfp_maf/data")
     reproduce.add_argument("--results", default="results",
                            help="where <dataset>.json, .md and figures go (default: %(default)s)")
-    reproduce.add_argument("--size-options", type=int, nargs="+", default=None,
+    reproduce.add_argument("--size-options", type=COUNT, nargs="+", default=None,
                            help="indices of the paper's hidden-size options to try (default: all)")
     reproduce.add_argument("--runs", default=None,
                            help="where each training run backs itself up and is kept (default: "
                                 "runs/<dataset>[_conditional]); the same command again resumes from there")
-    reproduce.add_argument("--max-minutes", type=float, default=None,
+    reproduce.add_argument("--max-minutes", type=POSITIVE, default=None,
                            help="budget per training run in this call; the same command again goes on")
-    reproduce.add_argument("--max-epochs", type=int, default=1000,
+    reproduce.add_argument("--max-epochs", type=POSITIVE_INT, default=1000,
                            help="epoch cap per training run (default 1000: early stopping decides)")
     reproduce.add_argument("--seed", type=int, default=0, help="default: %(default)s")
     reproduce.add_argument("--protocol", choices=PROTOCOLS, default="paper", help=PROTOCOL_HELP)
-    reproduce.add_argument("--learning-rate", type=float, default=None,
+    reproduce.add_argument("--learning-rate", type=POSITIVE, default=None,
                            help="Adam's step size in place of the paper's (1e-3 MADE, MADE MoG; 1e-4 flows); "
                                 "such rows are marked and kept beside the paper's-protocol rows")
     reproduce.add_argument("--no-figures", action="store_true", help="write the tables only (no matplotlib)")
@@ -360,7 +383,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sample = sub.add_parser("sample", help="print samples from a trained model as JSON")
     sample.add_argument("--out", required=True, help="the run directory that tfp-maf train wrote")
-    sample.add_argument("-n", type=int, default=10, help="how many samples (default: %(default)s)")
+    sample.add_argument("-n", type=COUNT, default=10, help="how many samples (default: %(default)s)")
     sample.add_argument("--seed", type=int, default=0, help="the same seed, the same samples (default: %(default)s)")
     sample.add_argument("--label", type=int, default=None, help="class to sample (conditional models)")
     sample.set_defaults(func=cmd_sample)

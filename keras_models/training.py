@@ -247,6 +247,9 @@ def fit_as_paper(
       epochs of this call whose validation loss was inf or NaN). A closed-form fit gives
       ``{"epochs": 0, "early_stopped": True, "closed_form": True}``.
 
+    Raises:
+      ValueError: if ``max_epochs`` is below 1.
+
     Example: the paper's recipe on a small sample of the Figure 1 density:
 
     >>> from keras_models import MADE, data
@@ -261,6 +264,8 @@ def fit_as_paper(
     >>> info["stopped_on_non_finite"], info["resumed_from_epoch"], info["non_finite_val_epochs"]
     (None, None, 0)
     """
+    if int(max_epochs) < 1:
+        raise ValueError(f"fit_as_paper needs max_epochs of at least 1, got {max_epochs}.")
     if model.fit_in_closed_form(x_train, y_train):
         return None, {"epochs": 0, "early_stopped": True, "closed_form": True}
     _decide_xla(model, train_ds, patience, max_epochs)

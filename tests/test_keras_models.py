@@ -271,6 +271,8 @@ def test_cli_trains_evaluates_and_samples(tmp_path, capsys):
     assert printed["test_log_likelihood"] == pytest.approx(metrics["test_log_likelihood"], abs=1e-6)
     assert main(["sample", "--out", str(out), "-n", "3"]) == 0
     assert np.asarray(json.loads(capsys.readouterr().out)["samples"]).shape == (3, 2)
+    with pytest.raises(SystemExit, match="this model is unconditional; --label is for a conditional one"):
+        main(["sample", "--out", str(out), "-n", "3", "--label", "1"])
     assert main(["export", "--out", str(out)]) == 0
     assert (out / "saved_model" / "saved_model.pb").exists()
 

@@ -122,6 +122,25 @@ def test_the_cli_refuses_an_option_its_model_does_not_take(tmp_path):
     assert not any(tmp_path.iterdir())  # refused before anything was written
 
 
+@pytest.mark.parametrize("flag, value, expected", [
+    ("--batch-size", "0", "an integer at least 1, got 0"),
+    ("--max-epochs", "0", "an integer at least 1, got 0"),
+    ("--hidden-units", "-8", "an integer at least 1, got -8"),
+    ("--patience", "-1", "an integer at least 0, got -1"),
+    ("--learning-rate", "-1e-3", "a finite number above 0, got -1e-3"),
+    ("--max-minutes", "nan", "a finite number above 0, got nan"),
+    ("--log-scale-bound", "0", "a finite number above 0, got 0"),
+    ("--batch-size", "ten", "an integer, got 'ten'"),
+])
+def test_the_cli_refuses_a_number_out_of_range(tmp_path, capsys, flag, value, expected):
+    import tfp_maf_cli as cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["train", f"{flag}={value}", "--out", str(tmp_path / "run")])
+    assert done.value.code == 2 and f"argument {flag}: expected {expected}" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 def _fingerprint(model, x, y):
     """What a keyword may change: the weights' shapes and initial values, the penalty,
     and the density under the same random weights."""
