@@ -20,6 +20,7 @@ from keras_models.model_functions import (
     sample_rows_per_call,
 )
 from tfp_maf import apply_masks
+from tfp_maf.arguments import check_int
 from tfp_maf.layers import kernels_as_stored
 from tfp_maf.sampling import full_passes, without_gradients
 
@@ -106,11 +107,9 @@ class DensityModel(KerasLoop):
         if unknown:
             raise type(self)._not_taken(unknown[0])
         super().__init__(**kwargs)
-        if int(event_size) < 1:
-            raise ValueError(f"event_size must be >= 1, got {event_size}.")
         _checks.check_policy(self.dtype_policy, self.name)
-        self.event_size = int(event_size)
-        self.conditional_dims = None if conditional_dims is None else int(conditional_dims)
+        self.event_size = check_int(event_size, "event_size")
+        self.conditional_dims = check_int(conditional_dims, "conditional_dims", optional=True)
         self.loss_tracker = keras.metrics.Mean(name="loss", dtype=self.dtype_policy.variable_dtype)
         # Every layer creates its weights in __init__: nothing is built lazily.
         self.built = True

@@ -8,9 +8,11 @@ import json
 import pathlib
 import zipfile
 
+import numpy as np
 import pytest
 
 import keras_models as km
+import tfp_maf
 from keras_models import presets
 from keras_models.density_model import KERAS_KEYWORDS, keywords
 from keras_models.zoo import MODELS, model_keywords
@@ -190,3 +192,38 @@ def test_every_keyword_a_model_takes_changes_it(name):
         big = {key: value for key, value in big.items() if key in TAKES[name]}
         cpu, gpu = (km.build(name, 8, **big, kernel_blocks_device=kind) for kind in ("cpu", "gpu"))
         assert len(cpu.weights) != len(gpu.weights), f"{name}: kernel_blocks_device changed nothing"
+
+
+@pytest.mark.parametrize("build, error, message", [
+    (lambda: km.MAF(2, hidden_units="128"), TypeError, "hidden_units must be a list of integers >= 1, got '128'"),
+    (lambda: km.MAF(2, hidden_units=[8, 2.5]), TypeError, "each of hidden_units must be an integer >= 1, got 2.5"),
+    (lambda: km.MAF(2, num_layers=0), ValueError, "num_layers must be >= 1, got 0"),
+    (lambda: km.RealNVP(2, num_layers=1.5), TypeError, "num_layers must be an integer >= 1, got 1.5"),
+    (lambda: km.MADEMoG(2.5), TypeError, "event_size must be an integer >= 1, got 2.5"),
+    (lambda: km.MADEMoG(2, num_components=2.5), TypeError, "num_components must be an integer >= 1, got 2.5"),
+    (lambda: km.MAF(2, log_scale_bound=0.0), ValueError, "log_scale_bound must be finite and > 0 or None, got 0.0"),
+    (lambda: km.RealNVP(2, log_scale_bound=float("nan")), ValueError, "log_scale_bound must be finite and > 0"),
+    (lambda: km.MAF(2, log_scale_bound="5"), TypeError, "log_scale_bound must be a number > 0 or None, got '5'"),
+    (lambda: km.MAF(2, batch_norm="yes"), TypeError, "batch_norm must be True or False, got 'yes'"),
+    (lambda: km.NSF(2, bound=float("inf")), ValueError, "bound must be finite and > 0, got inf"),
+    (lambda: km.NSF(2, bins=2.5), TypeError, "bins must be an integer >= 1, got 2.5"),
+    (lambda: km.MAF(2, seed=1.5), TypeError, "seed must be an integer >= 0, got 1.5"),
+    (lambda: km.MAF(2, conditional_dims=2.0), TypeError, "conditional_dims must be an integer >= 1 or None"),
+    (lambda: km.Gaussian(2, conditional_dims=0), ValueError, "conditional_dims must be >= 1 or None, got 0"),
+    (lambda: km.MAF(2, l2=-1e-6), ValueError, "l2 must be finite and >= 0, got -1e-06"),
+    (lambda: tfp_maf.BatchNormState(4, epsilon=-1.0), ValueError, "epsilon must be finite and > 0, got -1.0"),
+    (lambda: tfp_maf.BatchNormState(0), ValueError, "event_size must be >= 1, got 0"),
+    (lambda: tfp_maf.MaskedAutoregressive(5), TypeError, "MaskedAutoregressive needs a MADE .a callable"),
+    (lambda: tfp_maf.MADENetwork(2, hidden_units=8), TypeError, "hidden_units must be a list of integers >= 1, got 8"),
+], ids=lambda case: None)
+def test_constructors_refuse_what_they_would_truncate_or_misread(build, error, message):
+    # int() truncated 2.5 to 2 and read "128" as three layers; bool("yes") was True; a
+    # log-scale bound of 0 gave NaN at the first step.
+    with pytest.raises(error, match=message):
+        build()
+
+
+def test_constructors_take_numpy_integers():
+    model = km.MAF(np.int64(2), hidden_units=[np.int32(8)], num_layers=np.int64(1), seed=np.uint8(3))
+    assert (model.event_size, model.hidden_units, model.num_layers, model.seed) == (2, [8], 1, 3)
+    assert all(type(v) is int for v in (model.event_size, *model.hidden_units, model.num_layers, model.seed))

@@ -78,7 +78,7 @@ def test_gradients_are_finite_beyond_the_bound():
 def test_wrong_parameter_counts_are_refused():
     with pytest.raises(ValueError, match="takes 23 parameters per variable, got 20"):
         spline_parameters(tf.zeros([3, 20]), BINS, BOUND)
-    with pytest.raises(ValueError, match="at least 1 bin"):
+    with pytest.raises(ValueError, match="bins must be >= 1, got 0"):
         num_spline_params(0)
     with pytest.raises(ValueError, match="params=23"):
         MaskedRationalQuadraticSpline(MADENetwork(3, hidden_units=[8]), bins=8)

@@ -56,7 +56,17 @@ In training, the batch norm normalises with the minibatch's statistics: pass
 {'norm_0': {'training': True}}
 """
 
-from tfp_maf import bijectors, devices, distributions, layers, masks, sampling, splines, tracing
+from tfp_maf import (
+    arguments,
+    bijectors,
+    devices,
+    distributions,
+    layers,
+    masks,
+    sampling,
+    splines,
+    tracing,
+)
 from tfp_maf.bijectors import (
     AffineCoupling,
     ExpGammaBatchNorm,
@@ -88,6 +98,7 @@ __all__ = [
     "MaskedDense",
     "MaskedRationalQuadraticSpline",
     "apply_masks",
+    "arguments",
     "batch_moments",
     "bijectors",
     "bind_kwargs",

@@ -42,6 +42,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from tfp_maf.arguments import check_int
+
 __all__ = ["MIN_BIN", "MIN_SLOPE", "num_spline_params", "rational_quadratic_spline", "spline_parameters"]
 
 #: The smallest bin width and height, as fractions of the interval, and the smallest
@@ -57,9 +59,7 @@ def num_spline_params(bins: int) -> int:
     >>> num_spline_params(8)
     23
     """
-    if int(bins) < 1:
-        raise ValueError(f"a spline needs at least 1 bin, got bins={bins}.")
-    return 3 * int(bins) - 1
+    return 3 * check_int(bins, "bins") - 1
 
 
 def _bins(raw, K: int, bound):

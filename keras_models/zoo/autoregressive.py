@@ -12,6 +12,7 @@ import keras
 import tfp_maf
 from keras_models.initialization import made_initializers
 from keras_models.zoo.base import FlowModel, regularizer
+from tfp_maf.arguments import check_bool, check_bound, check_int
 from tfp_maf.devices import check_device_kind
 from tfp_maf.layers import check_conditional_input_layers, check_scale_parameterization
 from tfp_maf.splines import num_spline_params
@@ -86,8 +87,8 @@ class MADEStack(MADEFlow):
 
     def __init__(self, event_size: int, *, num_layers: int = 5, batch_norm: bool = True, **kwargs):
         super().__init__(event_size, **kwargs)
-        self.num_layers = int(num_layers)
-        self.batch_norm = bool(batch_norm)
+        self.num_layers = check_int(num_layers, "num_layers")
+        self.batch_norm = check_bool(batch_norm, "batch_norm")
         self.mades = [
             self._made(order, f"made_{i}", seed=self.seed + i)
             for i, order in enumerate(_orders(self.num_layers))
@@ -173,7 +174,7 @@ class MAF(MADEStack):
     retired_config_keys = ("num_components",)  # saved by 0.3.0 and 0.4.0, unused
 
     def __init__(self, event_size: int, *, log_scale_bound: float | None = None, **kwargs):
-        self.log_scale_bound = log_scale_bound  # read by `_layer`, which __init__ calls
+        self.log_scale_bound = check_bound(log_scale_bound, "log_scale_bound")  # read by `_layer`, which __init__ calls
         super().__init__(event_size, **kwargs)
 
     def _layer(self, i, made):
@@ -310,10 +311,8 @@ class NSF(MADEStack):
 
     def __init__(self, event_size: int, *, bins: int = 8, bound: float = 5.0, **kwargs):
         self.refuse_fixed(kwargs)
-        num_spline_params(bins)  # refuses bins < 1 before anything is built
-        if not float(bound) > 0:
-            raise ValueError(f"bound must be positive, got {bound}.")
-        self.bins, self.bound = int(bins), float(bound)
+        self.bins = check_int(bins, "bins")  # before anything is built
+        self.bound = check_bound(bound, "bound", optional=False)
         kwargs.setdefault("name", "nsf")
         super().__init__(event_size, **kwargs)
 
@@ -335,9 +334,7 @@ class MixtureBase:
     with a Gumbel part."""
 
     def __init__(self, event_size: int, *, num_components: int = 10, **kwargs):
-        if int(num_components) < 1:
-            raise ValueError(f"num_components must be >= 1, got {num_components}.")
-        self.num_components = int(num_components)  # read by the constructors below
+        self.num_components = check_int(num_components, "num_components")  # read by the constructors below
         super().__init__(event_size, **kwargs)
 
     @property

@@ -13,6 +13,7 @@ import tensorflow_probability as tfp
 import tfp_maf
 from keras_models import kernel_storage
 from keras_models.density_model import DensityModel
+from tfp_maf.arguments import check_bound, check_int, check_ints
 from tfp_maf.bijectors import GraphLocalChain
 
 tfd = tfp.distributions
@@ -62,9 +63,9 @@ class FlowModel(DensityModel):
         self.context_network = context_network
         #: The width of what the flow's networks read: y's, or its embedding's.
         self.context_dims = self._context_dims(context_network)
-        self.hidden_units = [int(h) for h in hidden_units]
-        self.l2 = float(l2)
-        self.seed = int(seed)
+        self.hidden_units = check_ints(hidden_units, "hidden_units")
+        self.l2 = check_bound(l2, "l2", optional=False, zero=True)
+        self.seed = check_int(seed, "seed", minimum=0)
 
     def _context_dims(self, context_network) -> int | None:
         """The embedding's width, from one call of ``context_network`` (which builds it)."""

@@ -6,6 +6,7 @@ import keras
 
 import tfp_maf
 from keras_models.zoo.base import FlowModel, regularizer
+from tfp_maf.arguments import check_bound, check_int
 
 __all__ = ["RealNVP"]
 
@@ -71,8 +72,8 @@ class RealNVP(FlowModel):
         super().__init__(event_size, **kwargs)
         if self.event_size < 2:
             raise ValueError(f"Real NVP needs at least 2 variables, got {self.event_size}.")
-        self.num_layers = int(num_layers)
-        self.log_scale_bound = log_scale_bound
+        self.num_layers = check_int(num_layers, "num_layers")
+        self.log_scale_bound = check_bound(log_scale_bound, "log_scale_bound")
         self.parities = ["even" if i % 2 == 0 else "odd" for i in range(self.num_layers)]
         self.couplings = []
         for i, parity in enumerate(self.parities):

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tfp_maf import _checks
 from tfp_maf._platform.layer_tracking import LayerVariables
+from tfp_maf.arguments import check_bound, check_int
 from tfp_maf.bijectors.fused import FusedBijector, dtype_of
 from tfp_maf.math import soft_bound
 
@@ -134,8 +135,8 @@ class AffineCoupling(LayerVariables, FusedBijector):
         parameters = dict(locals())
         self._fn = shift_and_log_scale_fn
         self._track_layers(shift_and_log_scale_fn)
-        self._log_scale_bound = log_scale_bound
-        self._event_size = int(event_size)
+        self._log_scale_bound = check_bound(log_scale_bound, "log_scale_bound")
+        self._event_size = check_int(event_size, "event_size")
         self._parity = parity
         self._copied, self._transformed = coupling_partition(self._event_size, parity)
         self._merge = np.argsort(np.concatenate([self._copied, self._transformed]))

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from tfp_maf._platform.graph_memory import custom_gradients_free
+from tfp_maf.arguments import check_bound
 from tfp_maf.bijectors._autoregressive import MaskedTransform
 from tfp_maf.math import soft_bound
 
@@ -147,6 +148,8 @@ class MaskedAutoregressive(MaskedTransform):
         log_scale_bound: float | None = None,
     ):
         parameters = dict(locals())
+        if not callable(made):
+            raise TypeError(f"MaskedAutoregressive needs a MADE (a callable: x -> shift, log-scale), got {made!r}.")
         num_components = getattr(made, "num_components", None)
         params = getattr(made, "params", None)
         if num_components is not None or params is not None:
@@ -156,7 +159,7 @@ class MaskedAutoregressive(MaskedTransform):
                 "tfp_maf.MADEMoG for mixture conditionals, tfp_maf.MaskedRationalQuadraticSpline "
                 "for splines."
             )
-        self._log_scale_bound = log_scale_bound
+        self._log_scale_bound = check_bound(log_scale_bound, "log_scale_bound")
         super().__init__(made, validate_args, parameters, name)
 
     def _head(self, outputs):

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfp_maf import _checks
+from tfp_maf.arguments import check_bound, check_int
 from tfp_maf.bijectors.exp_gamma_batch_norm import ExpGammaBatchNorm
 
 __all__ = ["BatchNormState"]
@@ -56,8 +57,8 @@ class BatchNormState(keras.layers.Layer):
 
     def __init__(self, event_size: int, epsilon: float = 1e-5, **kwargs):
         super().__init__(**kwargs)
-        self.event_size = int(event_size)
-        self.epsilon = float(epsilon)
+        self.event_size = check_int(event_size, "event_size")
+        self.epsilon = check_bound(epsilon, "epsilon", optional=False)
         D = self.event_size
         self.beta = self.add_weight(name="beta", shape=(D,), initializer="zeros")
         self.gamma = self.add_weight(name="gamma", shape=(D,), initializer="zeros")

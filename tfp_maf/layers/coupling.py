@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from tfp_maf import _checks
+from tfp_maf.arguments import check_int, check_ints
 from tfp_maf.layers._seeds import seeded
 from tfp_maf.math import broadcast_batch
 
@@ -78,10 +79,10 @@ class CouplingNetworks(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.seed = seed
-        self.num_copied = int(num_copied)
-        self.num_transformed = int(num_transformed)
-        self.hidden_units = [int(h) for h in hidden_units]
-        self.conditional_dims = None if conditional_dims is None else int(conditional_dims)
+        self.num_copied = check_int(num_copied, "num_copied")
+        self.num_transformed = check_int(num_transformed, "num_transformed")
+        self.hidden_units = check_ints(hidden_units, "hidden_units")
+        self.conditional_dims = check_int(conditional_dims, "conditional_dims", optional=True)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         width = self.num_copied + (self.conditional_dims or 0)
         self.scale_net = self._network("tanh", width, "scale", stream=0)

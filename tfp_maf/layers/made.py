@@ -41,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfp_maf import _checks, masks
+from tfp_maf.arguments import check_int, check_ints
 from tfp_maf.devices import check_device_kind
 from tfp_maf.layers._seeds import seeded
 from tfp_maf.layers.block_layout import auto_blocks, reorder
@@ -209,13 +210,11 @@ class MADENetwork(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if int(event_size) < 1:
-            raise ValueError(f"event_size must be >= 1, got {event_size}.")
-        if num_components is not None and int(num_components) < 1:
-            raise ValueError(f"num_components must be >= 1 or None, got {num_components}.")
-        if conditional_dims is not None and int(conditional_dims) < 1:
-            raise ValueError(f"conditional_dims must be >= 1 or None, got {conditional_dims}.")
-        if params is not None and (int(params) < 1 or num_components is not None):
+        event_size = check_int(event_size, "event_size")
+        num_components = check_int(num_components, "num_components", optional=True)
+        conditional_dims = check_int(conditional_dims, "conditional_dims", optional=True)
+        seed = check_int(seed, "seed", minimum=0, optional=True)
+        if params is not None and (check_int(params, "params") < 1 or num_components is not None):
             raise ValueError(
                 f"params must be >= 1 or None, and None with num_components; got params={params}, "
                 f"num_components={num_components}.")
@@ -225,7 +224,7 @@ class MADENetwork(keras.layers.Layer):
                              f"which has no scale outputs; got {scale_parameterization!r}.")
         self.params = None if params is None else int(params)
         self.event_size = int(event_size)
-        self.hidden_units = [int(h) for h in hidden_units]
+        self.hidden_units = check_ints(hidden_units, "hidden_units")
         self.num_components = None if num_components is None else int(num_components)
         self.activation = keras.activations.get(activation)
         self.order = order if isinstance(order, str) else [int(i) for i in order]
@@ -237,9 +236,7 @@ class MADENetwork(keras.layers.Layer):
         self.output_kernel_initializer = output_kernel_initializer
         self.output_bias_initializer = keras.initializers.get(output_bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        if kernel_blocks != "auto" and int(kernel_blocks) < 1:
-            raise ValueError(f"kernel_blocks must be 'auto' or an int >= 1, got {kernel_blocks!r}.")
-        self.kernel_blocks = kernel_blocks if kernel_blocks == "auto" else int(kernel_blocks)
+        self.kernel_blocks = kernel_blocks if kernel_blocks == "auto" else check_int(kernel_blocks, "kernel_blocks")
         self.kernel_blocks_device = check_device_kind(kernel_blocks_device)
 
         D = self.event_size
