@@ -81,6 +81,9 @@ def set_batch_norm_statistics(model, x, y=None, batch_size: int | None = None) -
     layers = _named_batch_norm_layers(model)
     if not layers:
         return
+    if model.conditional_dims is not None and y is None:
+        raise ValueError(f"{model.name} is conditional on y with {model.conditional_dims} columns: "
+                         "call set_batch_norm_statistics(x, y).")
     x = np.asarray(x)
     dtype = model.compute_dtype
     batch_size = batch_size or rows_per_call(int(np.prod(x.shape[1:])))

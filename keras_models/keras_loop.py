@@ -14,13 +14,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_models import _checks
 from keras_models._checks import unpack
-from keras_models.batch_norm_statistics import BatchNormStatistics, EpochStatistics
+from keras_models.batch_norm_statistics import (
+    BatchNormStatistics,
+    EpochStatistics,
+    batch_norm_layers,
+)
 from tfp_maf._platform.keras_steps import one_step_function
 from tfp_maf.layers import hold_kernel_masks, kernels_as_stored, mask_gradients
 from tfp_maf.tracing import custom_gradients_released, mark_traced_on_purpose
@@ -48,6 +54,7 @@ class KerasLoop(keras.Model):
         kwargs = _checks.by_name(super().fit, args, kwargs)
         kwargs["callbacks"] = with_epoch_statistics(self, kwargs.get("callbacks"))
         kwargs = _checks.weights_kept(self, kwargs)
+        _check_training_rows(self, kwargs)
         return self._checked_call(super().fit, (), kwargs, ("steps_per_epoch", "validation_steps"))
 
     def evaluate(self, *args, **kwargs):
@@ -55,7 +62,13 @@ class KerasLoop(keras.Model):
         return self._checked_call(super().evaluate, (), kwargs, ("steps",))
 
     def predict(self, *args, **kwargs):
-        return self._checked_call(super().predict, args, kwargs, ("steps",))
+        given = _checks.by_name(super().predict, args, kwargs)
+        x = given.get("x")
+        x = x[0] if isinstance(x, (tuple, list)) and x else x  # predict((x, y))
+        if hasattr(x, "shape") and len(x.shape) > 1 and x.shape[0] == 0:  # Keras fails on no rows
+            _checks.check_data(self, super().predict, (), given)
+            return np.zeros(tuple(x.shape[:-1]), self.compute_dtype)
+        return self._checked_call(super().predict, (), given, ("steps",))
 
     def _checked_call(self, method, args, kwargs, step_counts):
         """Keras' ``method`` after the checks of `keras_models._checks`, with floatx the
@@ -136,7 +149,8 @@ class KerasLoop(keras.Model):
         return self._traced_log_prob(*self._checked(x, y))
 
     def _checked(self, x, y):
-        return _checks.check_x(self, x), _checks.check_y(self, y, "call log_prob(x, y)")
+        return _checks.check_x(self, x), _checks.check_y(
+            self, y, "call log_prob(x, y); fit, evaluate and predict take (x, y)")
 
     def _logs(self) -> dict:
         loss = self.loss_tracker.result()
@@ -199,6 +213,30 @@ def _rows(x, sample_weight, dtype):
     if sample_weight is None:
         return tf.cast(tf.shape(x)[0], dtype)
     return tf.reduce_sum(tf.cast(sample_weight, dtype))
+
+
+def _check_training_rows(model, given: dict) -> None:
+    """Refuses arrays that ``fit`` would train on nothing (no rows: Keras ran no step and
+    said nothing), or cut into batches with one of a single row, for a model with batch
+    norms: in training a batch norm normalises a batch by its own variance, and one row
+    has none (0): the row's loss is off by tens of nats, and its step is noise (torch's
+    batch norm refuses such a batch too). A `tf.data` pipeline is its maker's
+    (`keras_models.data.make_pipelines` leaves such a row out)."""
+    x = given.get("x")
+    x = x[0] if isinstance(x, (tuple, list)) and x else x  # fit((x, y))
+    if not hasattr(x, "shape") or len(x.shape) < 2 or x.shape[0] is None or given.get("steps_per_epoch"):
+        return
+    rows, batch = int(x.shape[0]), int(given.get("batch_size") or 32)  # Keras' default
+    rows = math.floor(rows * (1.0 - (given.get("validation_split") or 0.0)))  # as Keras splits
+    if rows == 0:
+        raise ValueError(f"{model.name}: fit needs at least one training row, got x of shape {list(x.shape)}.")
+    if (batch == 1 or rows % batch == 1) and batch_norm_layers(model):
+        other = next((b for b in range(max(2, batch - 1), batch + 10) if b != batch and rows % b != 1), None)
+        raise ValueError(
+            f"{model.name}: {rows} training rows in batches of {batch} leave a batch of one row, which its "
+            "batch norms would normalise by the variance of one row (0): its loss would be off by tens of "
+            "nats and its step noise. Pass a batch_size that leaves no single row"
+            f"{'' if other is None else f' (e.g. {other})'}, or drop a row.")
 
 
 def with_epoch_statistics(model, callbacks):

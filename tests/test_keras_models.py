@@ -240,6 +240,28 @@ def test_a_large_eager_sample_from_noise_goes_in_parts(monkeypatch, name, y_rows
     assert mapped == [(20, 7)]
 
 
+def test_a_batch_of_one_row_is_refused_where_batch_norms_would_normalise_it():
+    # In training a batch norm divides by its batch's own spread, which one row has not:
+    # the row's loss was off by about 30 nats a layer. Arrays leaving such a batch are
+    # refused (naming a batch size that does not); our pipelines leave the row out.
+    x = np.random.default_rng(0).normal(size=(201, 2)).astype(np.float32)
+    model = km.MAF(2, hidden_units=[8], num_layers=1)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    for kwargs in ({"batch_size": 100}, {"batch_size": 1}, {"batch_size": 99, "validation_split": 0.5}):
+        rows = 100 if "validation_split" in kwargs else 201
+        with pytest.raises(ValueError, match=f"{rows} training rows in batches of {kwargs['batch_size']} leave a "
+                                             r"batch of one row.*e\.g\. \d+\), or drop a row"):
+            model.fit(x, epochs=1, verbose=0, **kwargs)
+    assert np.isfinite(model.fit(x, batch_size=99, epochs=1, verbose=0).history["loss"][0])
+    made = km.MADE(2, hidden_units=[8])  # no batch norm: any batch size
+    made.compile(optimizer=keras.optimizers.Adam(1e-3))
+    assert np.isfinite(made.fit(x, batch_size=100, epochs=1, verbose=0).history["loss"][0])
+    splits = km.data.Splits("toy", x, x[:20], x[:20])
+    pipes = splits.pipelines(batch_size=100)
+    assert [int(b.shape[0]) for b in pipes.train] == [100, 100]  # the row left out, a new one each epoch
+    assert [int(b.shape[0]) for b in splits.pipelines(batch_size=50).train] == [50, 50, 50, 50]
+
+
 def test_bad_input_raises_with_what_was_expected():
     model = km.MAF(2, hidden_units=[8], num_layers=1, conditional_dims=3)
     with pytest.raises(ValueError, match=r"expected x with 2 columns, got shape \[4, 5\]"):
@@ -254,6 +276,14 @@ def test_bad_input_raises_with_what_was_expected():
         model.log_prob(np.zeros((3, 2), np.float32), np.zeros((4, 3), np.float32))
     with pytest.raises(ValueError, match="unknown model 'maf7'"):
         km.build("maf7", 2)
+    with pytest.raises(ValueError, match=r"call log_prob\(x, y\); fit, evaluate and predict take \(x, y\)"):
+        model.predict(np.zeros((4, 2), np.float32), verbose=0)
+    with pytest.raises(ValueError, match=r"conditional on y with 3 columns: call set_batch_norm_statistics\(x, y\)"):
+        model.set_batch_norm_statistics(np.zeros((4, 2), np.float32))
+    with pytest.raises(ValueError, match=r"fit needs at least one training row, got x of shape \[0, 2\]"):
+        model.fit(np.zeros((0, 2), np.float32), np.zeros((0, 3), np.float32), verbose=0)
+    empty = model.predict((np.zeros((0, 2), np.float32), np.zeros((0, 3), np.float32)), verbose=0)
+    assert empty.shape == (0,) and empty.dtype == np.float32  # Keras' own predict fails on no rows
 
 
 def test_cli_trains_evaluates_and_samples(tmp_path, capsys):

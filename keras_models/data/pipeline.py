@@ -147,6 +147,11 @@ def make_pipelines(splits, batch_size: int = 100, eval_batch_size: int = 10_000,
     """Shuffled training batches and ordered validation / test batches of ``splits``
     (a ``Splits``), yielding ``x``, or ``(x, y)`` when ``conditional``.
 
+    A training set that leaves a last batch of one row leaves it out, a different row
+    each epoch (the batches are shuffled): in training a batch norm normalises a batch by
+    its own variance, which one row does not have (it is 0: the row's loss is off by tens
+    of nats and its step is noise). Torch's batch norm refuses such a batch.
+
     Args:
       splits: a `keras_models.data.Splits`.
       batch_size: rows per training batch (100 in the paper).
@@ -175,7 +180,8 @@ def make_pipelines(splits, batch_size: int = 100, eval_batch_size: int = 10_000,
     y = (lambda s: getattr(splits, f"y_{s}")) if conditional else (lambda s: None)
     epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="shuffle_epoch")
     return Pipelines(
-        array_dataset(splits.x_train, y("train"), batch_size, shuffle=True, seed=seed, epoch=epoch),
+        array_dataset(splits.x_train, y("train"), batch_size, shuffle=True, seed=seed, epoch=epoch,
+                      drop_remainder=len(splits.x_train) % batch_size == 1),
         array_dataset(splits.x_val, y("val"), eval_batch_size),
         array_dataset(splits.x_test, y("test"), eval_batch_size),
         epoch,
