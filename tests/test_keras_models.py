@@ -126,6 +126,10 @@ def test_gaussian_equals_the_closed_form_fit():
     k1 = y[:, 1] == 1
     m1 = x[k1].mean(0)
     np.testing.assert_allclose(cond.loc.numpy()[1], m1, rtol=1e-5)
+    # Keras' fit would train nothing (no trainable weights) and said nothing: refused.
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    with pytest.raises(TypeError, match=r"fitted in closed form.*call fit_closed_form\(x, y\)"):
+        model.fit(x, epochs=1, verbose=0)
 
 
 def test_conditional_evaluation_equals_hand_computed_logsumexp():

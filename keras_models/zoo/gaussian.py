@@ -29,8 +29,8 @@ class Gaussian(DensityModel):
     Call `fit_closed_form(x, y)`: maximum-likelihood mean and covariance
     (one per class for the conditional model, ``y`` one-hot). Nothing is
     trained by gradient descent: `keras_models.training.fit_as_paper` fits it in
-    closed form, and a plain ``fit`` changes nothing (the model has no trainable
-    weights). Conditional, the distribution is a mixture of the class Gaussians
+    closed form, and Keras' ``fit`` is refused (it would train nothing: the model
+    has no trainable weights). Conditional, the distribution is a mixture of the class Gaussians
     with weights ``y``, which a one-hot ``y`` reduces to its class's Gaussian.
 
     Args:
@@ -72,6 +72,12 @@ class Gaussian(DensityModel):
             initializer=lambda shape, dtype=None: np.broadcast_to(np.eye(D), shape).astype(dtype or "float32"),
             trainable=False,
         )
+
+    def fit(self, *args, **kwargs):
+        """Refused: a Gaussian is fitted in closed form (`fit_closed_form`)."""
+        raise TypeError(f"{self.name}: a Gaussian is fitted in closed form, which Keras' fit would not do (it "
+                        "has no trainable weights): call fit_closed_form(x, y), as "
+                        "keras_models.training.fit_as_paper does.")
 
     def fit_in_closed_form(self, x, y=None) -> bool:
         """`fit_closed_form` with the default jitter; returns True (it did fit).
