@@ -30,8 +30,9 @@ class Gaussian(DensityModel):
     (one per class for the conditional model, ``y`` one-hot). Nothing is
     trained by gradient descent: `keras_models.training.fit_as_paper` fits it in
     closed form, and Keras' ``fit`` is refused (it would train nothing: the model
-    has no trainable weights). Conditional, the distribution is a mixture of the class Gaussians
-    with weights ``y``, which a one-hot ``y`` reduces to its class's Gaussian.
+    has no trainable weights). Conditional, the distribution is a mixture of the
+    class Gaussians with weights ``y``, which a one-hot ``y`` reduces to its class's
+    Gaussian.
 
     Args:
       event_size: ``D``, the number of variables.
