@@ -43,8 +43,9 @@ def _load_data(args):
 
 
 #: Arguments that may change between an interrupted run and its resumption (``verbose``:
-#: an option of earlier versions, kept in their args.json).
-_RESUMABLE_CHANGES = {"verbose", "quiet", "max_minutes", "restart", "func"}
+#: an option of earlier versions, kept in their args.json; ``out``: the directory the backup
+#: is in, however it is written; ``data_dir``: compared as the data root it resolves to).
+_RESUMABLE_CHANGES = {"verbose", "quiet", "max_minutes", "restart", "func", "out", "data_dir"}
 
 #: The command's choices, here rather than imported so that ``--help`` needs no
 #: TensorFlow (the tests check them against `keras_models.zoo.MODELS` and
@@ -73,12 +74,20 @@ def _check_resumable(out: Path, args) -> None:
     keys = (set(saved) | set(current)) - _RESUMABLE_CHANGES
     # An argument added since the backup was made had its default then.
     changed = sorted(k for k in keys if saved.get(k, _ADDED_ARGUMENTS.get(k)) != current.get(k))
+    if _resolved_data_root(saved.get("data_dir")) != _resolved_data_root(args.data_dir):
+        changed.append("data_dir")  # the same root by another spelling (a trailing /, $TFP_MAF_DATA) resumes
     if changed:
         detail = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)!r} then, {current.get(k)!r} now" for k in changed)
         raise SystemExit(
             f"tfp-maf: {out / BACKUP_DIR} holds an interrupted run with other arguments ({detail}). "
             f"Run the same command to resume it, or delete {out / BACKUP_DIR} to start afresh."
         )
+
+
+def _resolved_data_root(data_dir):
+    from keras_models.data import data_root
+
+    return os.path.realpath(data_root(data_dir))
 
 
 def _check_not_finished(out: Path, args) -> None:
@@ -156,10 +165,17 @@ def cmd_train(args) -> dict:
         **{k: info.get(k) for k in ("epochs", "early_stopped", "resumed_from_epoch",
                                     "stopped_on_non_finite", "non_finite_val_epochs", "wall_time_s")},
     }
+    # Stopped by --max-minutes before early stopping or the epoch cap: the same command
+    # goes on from the backup, which stays.
+    metrics["finished"] = bool(info.get("early_stopped") or info.get("closed_form") or info["epochs"] >= args.max_epochs
+                               or info.get("stopped_on_non_finite"))
     _save_model(model, out)
     (out / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
-    # The run is complete and saved: its backup is no longer needed.
-    shutil.rmtree(out / BACKUP_DIR, ignore_errors=True)
+    if metrics["finished"]:  # complete and saved: its backup is no longer needed
+        shutil.rmtree(out / BACKUP_DIR, ignore_errors=True)
+    elif not args.quiet:
+        print(f"tfp-maf: the time budget ran out after epoch {info['epochs']}; run the same command to go on.",
+              file=sys.stderr)
     return metrics
 
 

@@ -46,7 +46,7 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
         kwargs.update(presets.model_kwargs(splits.name, size_option, protocol, model=model_name), seed=seed)
         if hidden_units:
             kwargs["hidden_units"] = list(hidden_units)
-    if log_scale_bound:
+    if log_scale_bound is not None:
         kwargs["log_scale_bound"] = log_scale_bound  # refused by the models without log-scales
     model = zoo.build(model_name, splits.event_size, **kwargs)
     training.compile_as_paper(model, model_name, jit_compile=jit_compile, learning_rate=learning_rate)

@@ -81,6 +81,32 @@ def test_resuming_with_other_arguments_is_refused(tmp_path):
         cli.main(["train", "--model", "maf5", "--out", str(tmp_path)])
 
 
+def test_a_run_out_of_time_goes_on_with_the_same_command_however_its_paths_are_written(tmp_path, monkeypatch):
+    # --max-minutes ends a call, not the run: its backup stays and the same command goes on,
+    # with the run directory or the data root written another way (relative, absolute, a
+    # trailing slash, $TFP_MAF_DATA). A budget of 0.0001 minutes ends each call after an epoch.
+    import tfp_maf_cli as cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    common = ["train", "--model", "made", "--hidden-units", "8", "--max-epochs", "3", "--quiet"]
+    budget = ["--max-minutes", "0.0001"]
+    cli.main([*common, *budget, "--out", "run", "--data-dir", "data"])
+    first = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert (first["epochs"], first["finished"]) == (1, False) and (tmp_path / "run" / "backup").exists()
+    cli.main([*common, *budget, "--out", str(tmp_path / "run"), "--data-dir", str(tmp_path / "data") + "/"])
+    second = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert (second["epochs"], second["resumed_from_epoch"], second["finished"]) == (2, 1, False)
+    monkeypatch.setenv("TFP_MAF_DATA", str(tmp_path / "data"))
+    cli.main([*common, "--out", "./run"])  # no budget this time: it finishes
+    last = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert (last["epochs"], last["resumed_from_epoch"], last["finished"]) == (3, 2, True)
+    assert not (tmp_path / "run" / "backup").exists()
+    with pytest.raises(SystemExit, match="other arguments .*--data-dir"):  # another root is another run
+        (tmp_path / "run" / "backup").mkdir()
+        cli.main([*common, "--out", "run", "--data-dir", "elsewhere"])
+
+
 def test_a_finished_run_is_trained_again_only_on_request_and_keeps_its_model(tmp_path):
     import tfp_maf_cli as cli
 
