@@ -205,6 +205,16 @@ def test_loaded_functions_return_tensors_and_check_as_the_signatures_do(exported
         loaded.sample(tf.constant(3), tf.constant([1, 2]), tf.constant([0.0, 1.0, 0.0]))
 
 
+def test_an_exported_unconditional_model_samples_no_rows(exported):
+    # TF's sampling loop (the export holds no XLA program) scattered into an empty state,
+    # which TF refuses: sample(n=0) failed in every unconditional autoregressive export.
+    model, path = exported["unconditional"]
+    loaded, width = tf.saved_model.load(path), model.event_size
+    assert loaded.sample(tf.constant(0), tf.constant([1, 2])).shape == [0, width]
+    assert loaded.signatures["sample"](n=tf.constant(0), seed=tf.constant([1, 2]))["samples"].shape == [0, width]
+    assert loaded.sample(tf.constant(2), tf.constant([1, 2])).shape == [2, width]
+
+
 @pytest.mark.parametrize("which", ["conditional", "unconditional"])
 def test_the_saved_model_holds_no_xla_program(exported, which):
     """TF Serving turns XLA's JIT off by default: a function that must be XLA-compiled

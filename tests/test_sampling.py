@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tfp_maf import MADEMoG, MADENetwork, MaskedAutoregressive
-from tfp_maf.sampling import Schedule, SequentialPlan, Structure, Tuning
+from tfp_maf.sampling import Schedule, SequentialPlan, Structure, Tuning, without_xla
 from tfp_maf.testing import randomize_weights
 
 # (D, hidden units, conditional dims, order, hidden degrees): no / one / two hidden
@@ -231,3 +231,20 @@ def test_log_precision_heads_sample_as_the_plain_loop(config, monkeypatch):
             with monkeypatch.context() as patch:
                 patch.setattr(MADEMoG, "_mask_aware_sample", MADEMoG._plain_sample)
                 np.testing.assert_allclose(fast, dist.sample(40, seed=(5, 6), **kw), atol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["maf", "made-mog"])
+def test_tfs_own_loop_samples_no_rows(family):
+    # Outside XLA (`without_xla`, as in an export) a batch of no rows once failed in TF's
+    # scatter into the empty loop state; its size is known only when the function runs.
+    made = MADENetwork(3, [8], num_components=2 if family == "made-mog" else None)
+    if family == "maf":
+        bijector = MaskedAutoregressive(made)
+        draw = tf.function(lambda u: bijector.forward(u), input_signature=[tf.TensorSpec([None, 3])])
+    else:
+        dist = MADEMoG(made)
+        draw = tf.function(lambda n: dist.sample(n, seed=[1, 2]), input_signature=[tf.TensorSpec([], tf.int32)])
+    with without_xla():
+        empty = draw(tf.zeros([0, 3])) if family == "maf" else draw(tf.constant(0))
+        some = draw(tf.zeros([2, 3])) if family == "maf" else draw(tf.constant(2))
+    assert empty.shape == [0, 3] and some.shape == [2, 3]

@@ -124,8 +124,14 @@ def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, 
     layout = LoopTables(structure, schedule.block_steps)
     tables = layout.tensors()
     if key is None or getattr(_WITHOUT_XLA, "active", False):
-        prepared = lay_out(structure, layout.shape, weights, tf.nest.flatten(noise)[0].dtype, tables)
-        return run_loop(structure, layout.shape, emit, noise, conditional_input, prepared, tables)
+        first = tf.nest.flatten(noise)[0]
+        prepared = lay_out(structure, layout.shape, weights, first.dtype, tables)
+        run = lambda: run_loop(structure, layout.shape, emit, noise, conditional_input, prepared, tables)  # noqa: E731
+        # No rows: TF's loop would scatter into an empty state, which it refuses (XLA's does not).
+        rows = tf.shape(first)[1]
+        if tf.get_static_value(rows) is not None:
+            return run() if tf.get_static_value(rows) > 0 else _no_rows(structure, first.dtype)
+        return tf.cond(rows > 0, run, lambda: _no_rows(structure, first.dtype))
     outer = _compiled(structure.sizes(), schedule, layout.shape, emit, key).outer
     compiled = lambda noise_, y_, weights_: outer(noise_, y_, weights_, tables)  # noqa: E731
     frozen = lambda t: None if t is None else tf.stop_gradient(t)  # noqa: E731
@@ -152,6 +158,12 @@ def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, 
         return out, grad
 
     return run(*flat)
+
+
+def _no_rows(structure: Structure, dtype):
+    """`sequential_pass`'s ``(x, extra)`` for a batch of no rows."""
+    empty = tf.zeros([0, structure.event_size], dtype)
+    return empty, empty
 
 
 def _unflatten(inputs, args):
