@@ -271,7 +271,12 @@ def cmd_export(args) -> dict:
     model = _load_model(args.out)
     if args.format == "saved_model":
         target = args.saved_model or str(Path(args.out) / "saved_model")
-        model.export(target)
+        import tensorflow as tf
+
+        try:
+            model.export(target)
+        except tf.errors.OpError as err:  # the directory cannot be written, say
+            raise SystemExit(f"tfp-maf: --saved-model {target} could not be written: {err.message}") from None
         return {"saved_model": target, "signatures": ["serve", "log_prob", "sample", "sample_from_noise"]}
     if args.saved_model is not None:
         raise SystemExit("tfp-maf: --saved-model names the SavedModel's directory; "
@@ -421,9 +426,11 @@ def _import_tensorflow_quietly() -> None:
     TensorFlow 2.21 prints its oneDNN and CUDA-probing lines through absl before absl's
     logging is initialised, where ``TF_CPP_MIN_LOG_LEVEL`` does not reach them, so the
     only way to keep them off a user's terminal is to point file descriptor 2 elsewhere
-    for the import. A user who sets ``TF_CPP_MIN_LOG_LEVEL`` sees everything, as usual.
+    for the import. A user who sets ``TF_CPP_MIN_LOG_LEVEL`` below 3 sees what that level
+    lets through, as usual; at 3 (the usual way to silence TensorFlow) those lines went
+    through regardless, and are kept off too.
     """
-    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3") != "3":
         import tensorflow_probability  # noqa: F401
         return
     # After start-up too: its C++ errors (no CUDA driver, say) reach Python users as
@@ -458,9 +465,16 @@ def _check_directories(args) -> None:
     }
     for dest, instead in wanted.get(args.command, {}).items():
         path = getattr(args, dest)
+        option = "--" + dest.replace("_", "-")
+        if (path is not None and not Path(path).is_file() and args.command in ("train", "reproduce")
+                and instead.startswith("a directory to create")):
+            try:  # now, not after the training: a path that cannot be made fails before any work
+                Path(path).mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise SystemExit(f"tfp-maf: {option} {path} cannot be created ({err.strerror or err}); "
+                                 f"pass {instead}.") from None
         if path is None or not Path(path).is_file():
             continue
-        option = "--" + dest.replace("_", "-")
         parent = Path(path).parent
         hint = f": here, {option} {parent}" if Path(path).name == MODEL_FILE and dest == "out" else ""
         raise SystemExit(f"tfp-maf: {option} {path} is a file, not a directory; pass {instead}{hint}.")
@@ -477,8 +491,9 @@ def main(argv=None) -> int:
 
     try:
         result = args.func(args)
-    except (DatasetFileNotFoundError, MissingOptionalDependency, ValueError) as err:
-        # Bad input or a missing extra: the message says what to do; a traceback adds nothing.
+    except (DatasetFileNotFoundError, MissingOptionalDependency, ValueError, OSError) as err:
+        # Bad input, a missing extra, a file that cannot be read or written: the message says
+        # what and where; a traceback adds nothing.
         raise SystemExit(f"tfp-maf: {err}") from err
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -309,3 +309,21 @@ def test_saved_model_serves_1_to_10000_rows_and_10000_samples(trained):
         np.testing.assert_allclose(log_p, model.log_prob(x, y).numpy(), rtol=1e-5, atol=1e-5)
     samples = served.sample(tf.constant(10_000), tf.constant([1, 2]), tf.constant([0.0, 1.0])).numpy()
     assert samples.shape == (10_000, 3) and np.all(np.isfinite(samples))
+
+
+def test_the_cli_says_in_one_line_what_it_cannot_write_and_nothing_of_tensorflow(tmp_path):
+    # A path that cannot be made fails before any training, in one line; with
+    # TF_CPP_MIN_LOG_LEVEL=3 (the usual way to silence TensorFlow) its start-up lines,
+    # which that level does not reach, stay off stderr as when it is unset.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    for args, message in (
+        (["train", "--out", str(blocked / "run")], f"--out {blocked / 'run'} cannot be created"),
+        (["reproduce", "--results", str(blocked / "results")], f"--results {blocked / 'results'} cannot be created"),
+        (["evaluate", "--out", str(tmp_path / "none")], "no trained model at"),
+    ):
+        done = subprocess.run([sys.executable, "-m", "tfp_maf_cli", *args], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 1 and done.stderr.startswith(f"tfp-maf: {message}"), done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
