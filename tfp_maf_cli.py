@@ -69,7 +69,7 @@ def _check_resumable(out: Path, args) -> None:
     saved_path = out / ARGS_FILE
     if not (out / BACKUP_DIR).exists() or not saved_path.exists():
         return
-    saved = json.loads(saved_path.read_text())
+    saved = _read_json(saved_path, "delete the run directory's backup to start afresh")
     current = vars(args)
     keys = (set(saved) | set(current)) - _RESUMABLE_CHANGES
     # An argument added since the backup was made had its default then.
@@ -82,6 +82,14 @@ def _check_resumable(out: Path, args) -> None:
             f"tfp-maf: {out / BACKUP_DIR} holds an interrupted run with other arguments ({detail}). "
             f"Run the same command to resume it, or delete {out / BACKUP_DIR} to start afresh."
         )
+
+
+def _read_json(path: Path, remedy: str) -> dict:
+    """``path``'s JSON; one that does not parse gets an error naming the file and what to do."""
+    try:
+        return json.loads(path.read_text())
+    except ValueError as err:
+        raise SystemExit(f"tfp-maf: {path} is not valid JSON ({err}); {remedy}.") from None
 
 
 def _resolved_data_root(data_dir):
@@ -245,7 +253,7 @@ def cmd_evaluate(args) -> dict:
     if not args_path.exists():
         raise SystemExit(f"tfp-maf: {args_path} is missing: `tfp-maf train` writes it beside {MODEL_FILE} "
                          "to say which data the model was trained on.")
-    saved = json.loads(args_path.read_text())
+    saved = _read_json(args_path, "pass --dataset (and --data-dir) to say which data the model was trained on")
     overrides = {k: v for k, v in (("dataset", args.dataset), ("data_dir", args.data_dir)) if v}
     saved = argparse.Namespace(**{**saved, **overrides})
     splits = _load_data(saved)
@@ -491,6 +499,10 @@ def main(argv=None) -> int:
 
     try:
         result = args.func(args)
+    except KeyboardInterrupt:
+        resume = " The same command resumes it from its last epoch." if args.command in ("train", "reproduce") else ""
+        print(f"\ntfp-maf: interrupted.{resume}", file=sys.stderr)
+        raise SystemExit(130) from None  # the shell's code for Ctrl-C
     except (DatasetFileNotFoundError, MissingOptionalDependency, ValueError, OSError) as err:
         # Bad input, a missing extra, a file that cannot be read or written: the message says
         # what and where; a traceback adds nothing.

@@ -186,7 +186,14 @@ class RunBackup(keras.callbacks.Callback):
           An int: the epoch of ``state.json``, or 0 when there is none.
         """
         state_path = self.directory / self.STATE
-        return json.loads(state_path.read_text())["epoch"] if state_path.exists() else 0
+        return self._state(state_path)["epoch"] if state_path.exists() else 0
+
+    def _state(self, path) -> dict:
+        try:
+            return json.loads(path.read_text())
+        except ValueError as err:
+            raise ValueError(f"the backup's {path} is not valid JSON ({err}): delete {self.directory} to start "
+                             "the run afresh.") from None
 
     @property
     def seconds(self) -> float:
@@ -198,7 +205,7 @@ class RunBackup(keras.callbacks.Callback):
         state_path = self.directory / self.STATE
         if not state_path.exists():
             return
-        state = json.loads(state_path.read_text())
+        state = self._state(state_path)
         self._seconds_before = state.get("seconds", 0.0)
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)

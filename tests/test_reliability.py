@@ -107,6 +107,28 @@ def test_a_run_out_of_time_goes_on_with_the_same_command_however_its_paths_are_w
         cli.main([*common, "--out", "run", "--data-dir", "elsewhere"])
 
 
+def test_damaged_run_files_and_ctrl_c_get_one_line_that_says_what_to_do(tmp_path, monkeypatch, capsys):
+    import tfp_maf_cli as cli
+    from keras_models.callbacks import RunBackup
+
+    (tmp_path / "backup").mkdir()
+    (tmp_path / "args.json").write_text("{bad")
+    with pytest.raises(SystemExit, match=r"args.json is not valid JSON \(Expecting property name.*\); delete"):
+        cli.main(["train", "--out", str(tmp_path)])
+    (tmp_path / "backup" / "state.json").write_text('{"epoch": 1')
+    with pytest.raises(ValueError, match=r"state.json is not valid JSON .*delete .*backup to start the run afresh"):
+        RunBackup(tmp_path / "backup").saved_epoch()
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_train", interrupted)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["train", "--out", str(tmp_path / "other")])
+    assert done.value.code == 130
+    assert capsys.readouterr().err.strip() == "tfp-maf: interrupted. The same command resumes it from its last epoch."
+
+
 def test_a_finished_run_is_trained_again_only_on_request_and_keeps_its_model(tmp_path):
     import tfp_maf_cli as cli
 
