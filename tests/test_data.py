@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import os
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -440,6 +441,24 @@ def test_non_finite_values_are_reported_not_passed_on(tmp_path):
     np.save(_write(tmp_path, "miniboone", "data.npy"), raw)
     with pytest.raises(ValueError, match="rows hold non-finite values"):
         data.load("miniboone", tmp_path)
+
+
+def test_a_constant_column_is_named_not_blamed_on_the_file(tmp_path):
+    raw = np.random.RandomState(0).normal(size=(300, 43))
+    raw[:, 5] = 2.0  # no spread: standardising divides by 0
+    np.save(_write(tmp_path, "miniboone", "data.npy"), raw)
+    with pytest.raises(ValueError, match=r"columns that vary over the training rows, got 1 constant \(column 5\)"):
+        data.load("miniboone", tmp_path)
+
+
+def test_labels_are_one_integer_per_row():
+    from keras_models.data.images import one_hot
+
+    assert one_hot(np.array([0, 9, 3])).shape == (3, 10)
+    for bad, found in ((np.array([0.5, 1.7]), "shape [2] and dtype float64"),
+                       (np.eye(10, dtype=np.int64)[[1, 2]], "shape [2, 10] and dtype int64")):
+        with pytest.raises(ValueError, match=re.escape(f"expected one integer label per row, got labels of {found}")):
+            one_hot(bad)
 
 
 def test_unknown_dataset():

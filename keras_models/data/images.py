@@ -60,6 +60,10 @@ def flip_horizontal(x: np.ndarray, channels: int, side: int) -> np.ndarray:
 
 def one_hot(labels: np.ndarray, num_classes: int = NUM_CLASSES) -> np.ndarray:
     labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.size and not np.issubdtype(labels.dtype, np.integer):
+        # astype(int64) would truncate 1.7 to 1, and index one-hot rows into [N, C, C].
+        raise ValueError(f"expected one integer label per row, got labels of shape {list(labels.shape)} "
+                         f"and dtype {labels.dtype}.")
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
         raise ValueError(
             f"expected integer labels in [0, {num_classes}), got values in "

@@ -161,4 +161,9 @@ def standardize(*arrays: np.ndarray, stats_from: np.ndarray, ddof: int = 0) -> l
     """
     mu = stats_from.mean(axis=0)
     s = stats_from.std(axis=0, ddof=ddof)
+    constant = np.flatnonzero(s == 0)  # (a NaN in the data: reported later, by row)
+    if constant.size:  # (a - mu) / 0: every row non-finite, blamed later on a damaged file
+        raise ValueError(f"expected columns that vary over the training rows, got {constant.size} constant "
+                         f"(column {', '.join(map(str, constant[:5]))}{', ...' if constant.size > 5 else ''}): "
+                         "they cannot be standardised.")
     return [(a - mu) / s for a in arrays]
