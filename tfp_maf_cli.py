@@ -257,7 +257,8 @@ def cmd_evaluate(args) -> dict:
     overrides = {k: v for k, v in (("dataset", args.dataset), ("data_dir", args.data_dir)) if v}
     saved = argparse.Namespace(**{**saved, **overrides})
     splits = _load_data(saved)
-    return {"dataset": splits.name, "model": saved.model, **experiment.evaluate(model, splits, saved.conditional)}
+    return {"dataset": splits.name, "model": saved.model, "conditional": saved.conditional,
+            **experiment.evaluate(model, splits, saved.conditional)}
 
 
 def cmd_sample(args) -> dict:
