@@ -2,7 +2,7 @@
 
 Importing the package registers the models with Keras, so that
 ``keras.saving.load_model("model.keras")`` finds them. (The ``tfp-maf`` command lives
-in the top-level module `tfp_maf_cli`, so that its ``--help`` needs no TensorFlow.)
+in the top-level package `tfp_maf_cli`, so that its ``--help`` needs no TensorFlow.)
 
 | name | what |
 |---|---|

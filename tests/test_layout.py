@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("tfp_maf", "keras_models")
+PACKAGES = ("tfp_maf", "keras_models", "tfp_maf_cli")
 MAX_LINES = 500
 
 

@@ -342,7 +342,8 @@ def test_the_cli_says_in_one_line_what_it_cannot_write_and_nothing_of_tensorflow
     blocked.write_text("")
     for args, message in (
         (["train", "--out", str(blocked / "run")], f"--out {blocked / 'run'} cannot be created"),
-        (["reproduce", "--results", str(blocked / "results")], f"--results {blocked / 'results'} cannot be created"),
+        (["reproduce", "--no-figures", "--results", str(blocked / "results")],
+         f"--results {blocked / 'results'} cannot be created"),
         (["evaluate", "--out", str(tmp_path / "none")], "no trained model at"),
     ):
         done = subprocess.run([sys.executable, "-m", "tfp_maf_cli", *args], env=env, capture_output=True, text=True,

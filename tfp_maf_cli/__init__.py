@@ -20,13 +20,21 @@ from pathlib import Path
 
 import numpy as np
 
+from tfp_maf_cli.runs import (
+    ARGS_FILE,
+    BACKUP_DIR,
+    METRICS_FILE,
+    MODEL_FILE,
+    check_directories,
+    check_not_finished,
+    check_resumable,
+    create_directories,
+    read_json,
+    save_model,
+)
+
 __all__ = ["main"]
 
-MODEL_FILE = "model.keras"
-PREVIOUS_MODEL_FILE = "model.previous.keras"
-METRICS_FILE = "metrics.json"
-ARGS_FILE = "args.json"
-BACKUP_DIR = "backup"
 
 
 def _load_data(args):
@@ -42,11 +50,6 @@ def _load_data(args):
     return splits
 
 
-#: Arguments that may change between an interrupted run and its resumption (``verbose``:
-#: an option of earlier versions, kept in their args.json; ``out``: the directory the backup
-#: is in, however it is written; ``data_dir``: compared as the data root it resolves to).
-_RESUMABLE_CHANGES = {"verbose", "quiet", "max_minutes", "restart", "func", "out", "data_dir"}
-
 #: The command's choices, here rather than imported so that ``--help`` needs no
 #: TensorFlow (the tests check them against `keras_models.zoo.MODELS` and
 #: `keras_models.data.LOADERS`).
@@ -58,73 +61,6 @@ PROTOCOL_HELP = ("paper (default): the paper's text and table of options; publis
                  "code where the paper is silent (its initialisation, MNIST at 2 x 1,024, the label into "
                  "the first hidden layer only, MADE heads that output log-precisions); published-log-scale: "
                  "published with log-scale heads")
-
-
-#: Arguments of ``train`` added in later versions, with the behaviour that runs made before had.
-_ADDED_ARGUMENTS = {"protocol": "paper"}
-
-
-def _check_resumable(out: Path, args) -> None:
-    """Refuses to resume a backup made with other arguments (its weights would not fit)."""
-    saved_path = out / ARGS_FILE
-    if not (out / BACKUP_DIR).exists() or not saved_path.exists():
-        return
-    saved = _read_json(saved_path, "delete the run directory's backup to start afresh")
-    current = vars(args)
-    keys = (set(saved) | set(current)) - _RESUMABLE_CHANGES
-    # An argument added since the backup was made had its default then.
-    changed = sorted(k for k in keys if saved.get(k, _ADDED_ARGUMENTS.get(k)) != current.get(k))
-    if _resolved_data_root(saved.get("data_dir")) != _resolved_data_root(args.data_dir):
-        changed.append("data_dir")  # the same root by another spelling (a trailing /, $TFP_MAF_DATA) resumes
-    if changed:
-        detail = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)!r} then, {current.get(k)!r} now" for k in changed)
-        raise SystemExit(
-            f"tfp-maf: {out / BACKUP_DIR} holds an interrupted run with other arguments ({detail}). "
-            f"Run the same command to resume it, or delete {out / BACKUP_DIR} to start afresh."
-        )
-
-
-def _read_json(path: Path, remedy: str) -> dict:
-    """``path``'s JSON; one that does not parse gets an error naming the file and what to do."""
-    try:
-        return json.loads(path.read_text())
-    except ValueError as err:
-        raise SystemExit(f"tfp-maf: {path} is not valid JSON ({err}); {remedy}.") from None
-
-
-def _resolved_data_root(data_dir):
-    from keras_models.data import data_root
-
-    return os.path.realpath(data_root(data_dir))
-
-
-def _check_not_finished(out: Path, args) -> None:
-    """Refuses to train over a finished run unless ``--restart`` says so: it says what is
-    there and what to pass. (An interrupted run, with its backup, resumes instead.)"""
-    metrics_path = out / METRICS_FILE
-    if args.restart or not metrics_path.exists() or (out / BACKUP_DIR).exists():
-        return
-    try:
-        metrics = json.loads(metrics_path.read_text())
-        found = (f"{metrics['model']} on {metrics['dataset']}, {metrics['epochs']} epochs, test "
-                 f"log-likelihood {metrics['test_log_likelihood']:.3f}")
-    except (ValueError, KeyError, TypeError):
-        found = f"its {METRICS_FILE}"
-    raise SystemExit(
-        f"tfp-maf: {out} holds a finished run ({found}). Pass a new --out for a new run, or "
-        f"--restart to train again here ({MODEL_FILE} is kept as {PREVIOUS_MODEL_FILE})."
-    )
-
-
-def _save_model(model, out: Path) -> None:
-    """Saves ``model.keras`` atomically; a model already there becomes
-    ``model.previous.keras`` instead of being lost."""
-    target = out / MODEL_FILE
-    partial = out / ("partial." + MODEL_FILE)
-    model.save(partial)
-    if target.exists():
-        os.replace(target, out / PREVIOUS_MODEL_FILE)
-    os.replace(partial, target)
 
 
 def _check_model_options(args) -> None:
@@ -152,11 +88,11 @@ def cmd_train(args) -> dict:
     out = Path(args.out)
     if args.restart:  # from the first epoch: an interrupted run's backup goes
         shutil.rmtree(out / BACKUP_DIR, ignore_errors=True)
-    _check_resumable(out, args)
+    check_resumable(out, args)
     if args.deterministic:
         tf.config.experimental.enable_op_determinism()
+    create_directories(args, "out")
     splits = _load_data(args)
-    out.mkdir(parents=True, exist_ok=True)
     (out / ARGS_FILE).write_text(json.dumps({k: v for k, v in vars(args).items() if k != "func"}, indent=2) + "\n")
     model, info = experiment.train(
         splits, args.model, conditional=args.conditional, size_option=args.size_option,
@@ -177,7 +113,7 @@ def cmd_train(args) -> dict:
     # goes on from the backup, which stays.
     metrics["finished"] = bool(info.get("early_stopped") or info.get("closed_form") or info["epochs"] >= args.max_epochs
                                or info.get("stopped_on_non_finite"))
-    _save_model(model, out)
+    save_model(model, out)
     (out / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
     if metrics["finished"]:  # complete and saved: its backup is no longer needed
         shutil.rmtree(out / BACKUP_DIR, ignore_errors=True)
@@ -203,6 +139,7 @@ def cmd_reproduce(args) -> dict:
 
     if not args.no_figures:  # before hours of training, not after the first model
         require("matplotlib", "tfp-maf reproduce (without --no-figures)")
+    create_directories(args, "results", "runs")
     from keras_models import figures
 
     models = args.models or list(experiment.TABLE_MODELS)
@@ -253,7 +190,7 @@ def cmd_evaluate(args) -> dict:
     if not args_path.exists():
         raise SystemExit(f"tfp-maf: {args_path} is missing: `tfp-maf train` writes it beside {MODEL_FILE} "
                          "to say which data the model was trained on.")
-    saved = _read_json(args_path, "pass --dataset (and --data-dir) to say which data the model was trained on")
+    saved = read_json(args_path, "pass --dataset (and --data-dir) to say which data the model was trained on")
     overrides = {k: v for k, v in (("dataset", args.dataset), ("data_dir", args.data_dir)) if v}
     saved = argparse.Namespace(**{**saved, **overrides})
     splits = _load_data(saved)
@@ -457,43 +394,11 @@ def _import_tensorflow_quietly() -> None:
         os.close(devnull)
 
 
-def _check_directories(args) -> None:
-    """Refuses a file where an option names a directory, saying what to pass instead.
-
-    Else ``train`` fails on ``mkdir`` with pathlib's ``FileExistsError`` after loading
-    its data, and ``evaluate``, ``sample`` and ``export`` ask to train into that path
-    first. Checked before TensorFlow is imported, so the answer is immediate."""
-    run_dir = f"the run directory that `tfp-maf train --out DIR` wrote, which holds {MODEL_FILE}"
-    wanted = {
-        "train": {"out": "a directory to create, or an existing run directory to train again or resume"},
-        "reproduce": {"results": "a directory to create, or an existing results directory",
-                      "runs": "a directory to create, or an existing runs directory to resume"},
-        "evaluate": {"out": run_dir},
-        "sample": {"out": run_dir},
-        "export": {"out": run_dir, "saved_model": "a directory to create for the SavedModel"},
-    }
-    for dest, instead in wanted.get(args.command, {}).items():
-        path = getattr(args, dest)
-        option = "--" + dest.replace("_", "-")
-        if (path is not None and not Path(path).is_file() and args.command in ("train", "reproduce")
-                and instead.startswith("a directory to create")):
-            try:  # now, not after the training: a path that cannot be made fails before any work
-                Path(path).mkdir(parents=True, exist_ok=True)
-            except OSError as err:
-                raise SystemExit(f"tfp-maf: {option} {path} cannot be created ({err.strerror or err}); "
-                                 f"pass {instead}.") from None
-        if path is None or not Path(path).is_file():
-            continue
-        parent = Path(path).parent
-        hint = f": here, {option} {parent}" if Path(path).name == MODEL_FILE and dest == "out" else ""
-        raise SystemExit(f"tfp-maf: {option} {path} is a file, not a directory; pass {instead}{hint}.")
-
-
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    _check_directories(args)
+    check_directories(args)
     if args.command == "train":  # at once, before TensorFlow is imported
-        _check_not_finished(Path(args.out), args)
+        check_not_finished(Path(args.out), args)
     _import_tensorflow_quietly()
     from keras_models._optional import MissingOptionalDependency
     from keras_models.data import DatasetFileNotFoundError
@@ -511,7 +416,3 @@ def main(argv=None) -> int:
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

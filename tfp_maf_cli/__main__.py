@@ -1,0 +1,7 @@
+"""``python -m tfp_maf_cli``: the ``tfp-maf`` command."""
+
+import sys
+
+from tfp_maf_cli import main
+
+sys.exit(main())
