@@ -63,8 +63,7 @@ class KerasLoop(keras.Model):
 
     def predict(self, *args, **kwargs):
         given = _checks.by_name(super().predict, args, kwargs)
-        x = given.get("x")
-        x = x[0] if isinstance(x, (tuple, list)) and x else x  # predict((x, y))
+        x = _rows_input(given.get("x"))
         if hasattr(x, "shape") and len(x.shape) > 1 and x.shape[0] == 0:  # Keras fails on no rows
             _checks.check_data(self, super().predict, (), given)
             return np.zeros(tuple(x.shape[:-1]), self.compute_dtype)
@@ -215,6 +214,12 @@ def _rows(x, sample_weight, dtype):
     return tf.reduce_sum(tf.cast(sample_weight, dtype))
 
 
+def _rows_input(x):
+    """``x`` of ``fit``, ``evaluate`` or ``predict``, or the ``x`` of an ``(x, y)`` given as
+    ``x`` (``fit((x, y))``): what says how many rows came."""
+    return x[0] if isinstance(x, (tuple, list)) and x else x
+
+
 def _check_training_rows(model, given: dict) -> None:
     """Refuses arrays that ``fit`` would train on nothing (no rows: Keras ran no step and
     said nothing), or cut into batches with one of a single row, for a model with batch
@@ -222,8 +227,7 @@ def _check_training_rows(model, given: dict) -> None:
     has none (0): the row's loss is off by tens of nats, and its step is noise (torch's
     batch norm refuses such a batch too). A `tf.data` pipeline is its maker's
     (`keras_models.data.make_pipelines` leaves such a row out)."""
-    x = given.get("x")
-    x = x[0] if isinstance(x, (tuple, list)) and x else x  # fit((x, y))
+    x = _rows_input(given.get("x"))
     if not hasattr(x, "shape") or len(x.shape) < 2 or x.shape[0] is None or given.get("steps_per_epoch"):
         return
     rows, batch = int(x.shape[0]), int(given.get("batch_size") or 32)  # Keras' default

@@ -129,8 +129,9 @@ def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, 
         run = lambda: run_loop(structure, layout.shape, emit, noise, conditional_input, prepared, tables)  # noqa: E731
         # No rows: TF's loop would scatter into an empty state, which it refuses (XLA's does not).
         rows = tf.shape(first)[1]
-        if tf.get_static_value(rows) is not None:
-            return run() if tf.get_static_value(rows) > 0 else _no_rows(structure, first.dtype)
+        known = tf.get_static_value(rows)
+        if known is not None:
+            return run() if known > 0 else _no_rows(structure, first.dtype)
         return tf.cond(rows > 0, run, lambda: _no_rows(structure, first.dtype))
     outer = _compiled(structure.sizes(), schedule, layout.shape, emit, key).outer
     compiled = lambda noise_, y_, weights_: outer(noise_, y_, weights_, tables)  # noqa: E731
