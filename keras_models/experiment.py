@@ -165,7 +165,7 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
             marks = _step_suffix(step) + _protocol_suffix(name, protocol)
             run_dir = runs_dir / f"{name}-option{option}-seed{seed}{marks}"
             log(f"{stem}: {name}, hidden-size option {option} (run directory {run_dir})")
-            model, info = _train_or_resume(splits, name, run_dir, conditional=conditional, size_option=option,
+            model, info, budget = _train_or_resume(splits, name, run_dir, conditional=conditional, size_option=option,
                                            seed=seed, max_minutes=max_minutes, max_epochs=max_epochs,
                                            learning_rate=step, verbose=verbose, callbacks=callbacks,
                                            protocol=protocol)
@@ -174,10 +174,10 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
             tried.append({"hidden_units": info["hidden_units"], "val_log_likelihood": val,
                           "epochs": info["epochs"], "early_stopped": info["early_stopped"]})
             if best is None or val > best[0]:
-                best = (val, model, info)
-        _, model, info = best
+                best = (val, model, info, budget)
+        _, model, info, budget = best
         row = {"model": name, **evaluate(model, splits, conditional), **info, "options_tried": tried,
-               "budget": {"max_minutes_per_run": max_minutes, "max_epochs": max_epochs},
+               "budget": budget,
                "paper_step_size": step is None, "protocol": "paper" if name == "gaussian" else protocol}
         paper = paper_value(dataset, name, conditional)
         row["paper"] = None if paper is None else {"log_likelihood": paper[0], "error_bar": paper[1]}
@@ -223,7 +223,8 @@ def _row_key(row) -> tuple:
 
 def _train_or_resume(splits, name, run_dir: Path, *, max_epochs, max_minutes, **kwargs):
     """`train`, backed up in ``run_dir``; a run that already ended there under this
-    budget is loaded instead of trained again."""
+    budget is loaded instead of trained again. Returns the model, `train`'s info and the
+    budget the run ended under (a loaded run's own, which may be larger than this call's)."""
     import keras
 
     from keras_models.callbacks import write_atomically
@@ -232,15 +233,18 @@ def _train_or_resume(splits, name, run_dir: Path, *, max_epochs, max_minutes, **
     if name != "gaussian" and done.exists() and saved.exists():
         info = json.loads(done.read_text())
         if info["early_stopped"] or (info["epochs"] >= max_epochs and info["max_minutes"] == max_minutes):
-            return keras.saving.load_model(saved, safe_mode=True), info["info"]
+            # (files written before the cap was recorded: a run that ran out ended at it)
+            budget = {"max_minutes_per_run": info["max_minutes"], "max_epochs": info.get("max_epochs", info["epochs"])}
+            return keras.saving.load_model(saved, safe_mode=True), info["info"], budget
     model, info = train(splits, name, max_epochs=max_epochs, max_minutes=max_minutes,
                         backup_dir=None if name == "gaussian" else run_dir / "backup", **kwargs)
     if name != "gaussian":
         # The backup stays: a later call with a larger epoch cap continues from it.
         model.save(saved)
         write_atomically(done, json.dumps({"early_stopped": info["early_stopped"], "epochs": info["epochs"],
-                                           "max_minutes": max_minutes, "info": info}, indent=2) + "\n")
-    return model, info
+                                           "max_minutes": max_minutes, "max_epochs": max_epochs, "info": info},
+                                          indent=2) + "\n")
+    return model, info, {"max_minutes_per_run": max_minutes, "max_epochs": max_epochs}
 
 
 def _write_row(results_dir, stem, dataset, conditional, row):

@@ -191,6 +191,17 @@ def test_hepmass_rejects_a_file_without_labels(tmp_path):
         data.load("hepmass", tmp_path)
 
 
+@pytest.mark.parametrize("rows", [0, 20], ids=["header only", "no positive row"])
+def test_hepmass_without_positive_rows_says_so(tmp_path, rows):
+    frame = _hepmass_frame(50, 0, extra_column=False)
+    frame.to_csv(_write(tmp_path, "hepmass", "1000_test.csv"), index=False)
+    train = frame.iloc[:rows].copy()
+    train[train.columns[0]] = 0.0
+    train.to_csv(_write(tmp_path, "hepmass", "1000_train.csv"), index=False)
+    with pytest.raises(ValueError, match=f"1000_train.csv: expected rows of the positive class .* none of {rows} rows"):
+        data.load("hepmass", tmp_path)
+
+
 # ------------------------------------------------------------------------- MINIBOONE, BSDS
 
 def test_miniboone_split_sizes_and_statistics_of_the_paper(tmp_path):
@@ -262,6 +273,18 @@ def test_mnist_rejects_pixels_out_of_range(tmp_path):
     with gzip.open(_write(tmp_path, "mnist", "mnist.pkl.gz"), "wb") as f:
         pickle.dump(parts, f, protocol=2)
     with pytest.raises(ValueError, match=r"expected pixels = byte / 256 in \[0, 1\)"):
+        data.load("mnist", tmp_path)
+
+
+@pytest.mark.parametrize(("parts", "message"), [
+    ({"train": 1}, "expected ((x_train, y_train), (x_val, y_val), (x_test, y_test)), got a dict"),
+    ((1, 2, 3), "MNIST train split: expected a pair (images, labels), got an int"),
+    (([1, 2, 3], [], []), "MNIST train split: expected a pair (images, labels), got a list of 3"),
+])
+def test_mnist_of_another_structure_says_what_it_expected(tmp_path, parts, message):
+    with gzip.open(_write(tmp_path, "mnist", "mnist.pkl.gz"), "wb") as f:
+        pickle.dump(parts, f, protocol=2)
+    with pytest.raises(ValueError, match=re.escape(message)):
         data.load("mnist", tmp_path)
 
 
@@ -337,6 +360,14 @@ def test_cifar10_splits_dequantization_logit_and_flips(tmp_path):
     np.testing.assert_array_equal(flipped, splits.x_train[:90].reshape(90, 3, 32, 32)[..., ::-1])
     np.testing.assert_array_equal(splits.labels("train"), np.concatenate([labels[:90], labels[:90]]))
     np.testing.assert_array_equal(splits.labels("test"), batches[5][b"labels"])
+
+
+def test_a_cifar10_batch_that_is_not_a_dict_says_so(tmp_path):
+    _write_cifar(tmp_path)
+    with open(tmp_path / "cifar10" / "data_batch_3", "wb") as f:
+        pickle.dump([np.zeros((20, 3072), np.uint8), [0] * 20], f)
+    with pytest.raises(ValueError, match=r"data_batch_3: expected a dict with 'data' and 'labels', got a list of 2"):
+        data.load("cifar10", tmp_path)
 
 
 def test_flip_is_horizontal():

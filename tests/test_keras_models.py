@@ -342,6 +342,10 @@ def test_reproduce_writes_results_beside_the_paper_and_figures(tmp_path):
     assert longer["rows"][1]["epochs"] == 3 and longer["rows"][1]["resumed_from_epoch"] == 2
     assert longer["rows"][1]["wall_time_s"] >= made["wall_time_s"]
     assert longer["rows"][1]["learning_rate"] == pytest.approx(1e-3)  # the paper's, for MADE
+    # A smaller cap loads that run: its row and table keep the cap it ran under.
+    cli.main([*common, "--models", "made", "--max-epochs", "2", "--no-figures"])
+    assert json.loads((tmp_path / "figure1.json").read_text())["rows"][1] == longer["rows"][1]
+    assert "**no (cap: 3 epochs)**" in (tmp_path / "figure1.md").read_text()
 
     # Another step size is a row of its own, beside the paper's, in a run directory of its own.
     cli.main([*common, "--models", "made", "--max-epochs", "2", "--no-figures", "--learning-rate", "1e-4"])

@@ -83,6 +83,13 @@ def _image_splits(name, parts, lam) -> Splits:
     )
 
 
+def _described(value) -> str:
+    """What a file held where a structure was expected, for an error message."""
+    name = type(value).__name__
+    size = f" of {len(value)}" if isinstance(value, (tuple, list, dict)) else ""
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}{size}"
+
+
 # ----------------------------------------------------------------------------------- MNIST
 
 def preprocess_mnist(parts, lam: float = MNIST_LAMBDA):
@@ -91,7 +98,10 @@ def preprocess_mnist(parts, lam: float = MNIST_LAMBDA):
     order) and applies the logit transform."""
     rng = np.random.RandomState(42)
     out = []
-    for split, (x, labels) in zip(("train", "validation", "test"), parts, strict=True):
+    for split, part in zip(("train", "validation", "test"), parts, strict=True):
+        if not (isinstance(part, (tuple, list)) and len(part) == 2):
+            raise ValueError(f"MNIST {split} split: expected a pair (images, labels), got {_described(part)}.")
+        x, labels = part
         x = np.asarray(x)
         check_width(x, 784, f"MNIST {split} images")
         if x.size and (x.min() < 0 or x.max() >= 1):
@@ -171,6 +181,8 @@ def preprocess_cifar10(train_bytes, train_labels, test_bytes, test_labels, lam=C
 def _read_cifar_batch(path):
     with reading(path, "cifar10", "a CIFAR-10 python batch (a pickled dict)"), open(path, "rb") as f:
         batch = pickle.load(f, encoding="bytes")
+    if not isinstance(batch, dict):
+        raise ValueError(f"CIFAR-10 {path}: expected a dict with 'data' and 'labels', got {_described(batch)}.")
     batch = {k.decode() if isinstance(k, bytes) else k: v for k, v in batch.items()}
     if "data" not in batch or "labels" not in batch:
         raise ValueError(f"CIFAR-10 {path}: expected a dict with 'data' and 'labels', got keys {sorted(batch)}.")

@@ -185,6 +185,10 @@ def preprocess_hepmass(train_frame, test_frame):
             )
     train = train_frame[train_frame[train_frame.columns[0]] == 1].drop(columns=train_frame.columns[0])
     test = test_frame[test_frame[test_frame.columns[0]] == 1].drop(columns=test_frame.columns[0])
+    for what, frame, positive in (("1000_train.csv", train_frame, train), ("1000_test.csv", test_frame, test)):
+        if len(positive) == 0:
+            raise ValueError(f"HEPMASS hepmass/{what}: expected rows of the positive class (label 1), got none "
+                             f"of {len(frame)} rows.")
     test = test.drop(columns=test.columns[-1])
     train = train.astype(np.float64)
     # The rule is applied to the raw values: standardizing maps equal values to equal
