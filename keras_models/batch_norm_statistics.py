@@ -15,19 +15,26 @@ within the epoch, at no cost of a pass.
 from __future__ import annotations
 
 import contextlib
-import tempfile
 import weakref
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_models.model_functions import model_function, rows_per_call
+from keras_models import _checks
+from keras_models.model_functions import (
+    has_model_function,
+    model_function,
+    rows_per_call,
+    traced_log_prob,
+)
+from keras_models.streamed_rows import MappedRows, Moments
 from tfp_maf import BatchNormState, ExpGammaBatchNorm, flow_kwargs
 from tfp_maf.bijectors import FusedBijector
 from tfp_maf.layers import kernels_as_stored, sublayers
 
-__all__ = ["BatchNormStatistics", "EpochStatistics", "batch_norm_layers", "set_batch_norm_statistics"]
+__all__ = ["BatchNormStatistics", "EpochStatistics", "ValidationWithStatistics", "batch_norm_layers",
+           "set_batch_norm_statistics", "validation_loss_with_statistics"]
 
 #: `EpochStatistics` weighs a minibatch by ``e`` less over each such fraction of the
 #: epoch after it ...
@@ -35,9 +42,6 @@ WINDOW_FRACTION = 0.25
 #: ... or over this many minibatches where that is more (and in an epoch of unknown length).
 MIN_WINDOW = 25
 
-#: Rows mapped between two passes of `set_batch_norm_statistics` stay in memory up to
-#: this size, and go to a temporary file beyond it.
-IN_MEMORY_BYTES = 64 * 2**20
 
 
 def batch_norm_layers(model) -> list[BatchNormState]:
@@ -66,7 +70,7 @@ def set_batch_norm_statistics(model, x, y=None, batch_size: int | None = None) -
     in float64 (Chan et al.'s pairwise update, the same figures as two passes over
     the whole set, to float64 rounding). Memory does not grow with the training set:
     the rows, mapped as far as the last pass took them, wait in a temporary file
-    between passes (in memory, below `IN_MEMORY_BYTES`).
+    between passes (in memory, below `keras_models.streamed_rows.IN_MEMORY_BYTES`).
 
     Args:
       model: a `keras_models.DensityModel`; one without batch norms is left as it is.
@@ -78,9 +82,51 @@ def set_batch_norm_statistics(model, x, y=None, batch_size: int | None = None) -
 
     See `keras_models.DensityModel.set_batch_norm_statistics` for an example.
     """
+    _set_statistics(model, x, y, batch_size)
+
+
+def validation_loss_with_statistics(model, x, y, x_val, y_val=None) -> float:
+    """`set_batch_norm_statistics` from the training set ``x`` (and ``y``), then the mean
+    negative log-likelihood of the validation rows ``x_val`` (and ``y_val``) with the
+    statistics set: what a validation of the paper's recipe computes.
+
+    Where the training set takes one call through the flow, the statistics and the
+    validation are one call of one traced function: on a small dataset a validation by
+    Keras (its own traced function, a new iterator and its loop each epoch) costs
+    about as much as the epoch's pass for the statistics.
+
+    Args:
+      model: a `keras_models.DensityModel`.
+      x, y: the training data ``[N, D]`` and, for a conditional model, ``[N, K]``.
+      x_val, y_val: the validation rows ``[M, D]`` and ``[M, K]``.
+
+    Returns:
+      The validation loss, a float (as ``evaluate`` gives it).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_models import MAF
+    >>> rng = np.random.default_rng(0)
+    >>> x, x_val = rng.normal(size=(64, 2)).astype(np.float32), rng.normal(size=(16, 2)).astype(np.float32)
+    >>> model = MAF(2, num_layers=1, hidden_units=[8])
+    >>> loss = validation_loss_with_statistics(model, x, None, x_val)
+    >>> bool(np.isclose(loss, -model.log_prob(x_val).numpy().mean()))
+    True
+    """
+    x_val, y_val = _checks.check_x(model, x_val), _checks.check_y(model, y_val, "pass y_val")
+    # One call takes rows [M, D] (and [M, K]); other shapes go through log_prob.
+    rows = x_val.shape.rank == 2 and (y_val is None or y_val.shape[:-1] == x_val.shape[:-1])
+    loss = _set_statistics(model, x, y, None, *((x_val, y_val) if rows else (None, None)))
+    return float(-tf.reduce_mean(model.log_prob(x_val, y_val))) if loss is None else loss
+
+
+def _set_statistics(model, x, y, batch_size, x_val=None, y_val=None):
+    """`set_batch_norm_statistics`; for a training set of one call and validation rows,
+    the validation loss of that call (`_set_in_one_call`), else None."""
     layers = _named_batch_norm_layers(model)
     if not layers:
-        return
+        return None
     if model.conditional_dims is not None and y is None:
         raise ValueError(f"{model.name} is conditional on y with {model.conditional_dims} columns: "
                          "call set_batch_norm_statistics(x, y).")
@@ -89,19 +135,19 @@ def set_batch_norm_statistics(model, x, y=None, batch_size: int | None = None) -
     batch_size = batch_size or rows_per_call(int(np.prod(x.shape[1:])))
     starts = range(0, len(x), batch_size)
     if len(starts) == 1:  # a small training set: every batch norm in one call
-        _set_in_one_call(model, layers, x, y, dtype)
-        return
+        return _set_in_one_call(model, layers, x, y, dtype, x_val, y_val)
     dist = model.distribution(None if y is None else y[:1])
     bijectors = list(dist.bijector.bijectors)  # data side first
     norms = [i for i, b in enumerate(bijectors) if isinstance(b, ExpGammaBatchNorm)]
     # Nothing past the last batch norm needs the training data mapped through it.
     step, moments = _inverse_step(model, norms[-1]), _batch_moments(model)
     # With one batch norm, no rows wait between passes.
-    keep = _Rows(len(x), x.shape[1:], tf.as_dtype(dtype).as_numpy_dtype) if len(norms) > 1 else contextlib.nullcontext()
+    keep = (MappedRows(len(x), x.shape[1:], tf.as_dtype(dtype).as_numpy_dtype) if len(norms) > 1
+            else contextlib.nullcontext())
     with keep as mapped:
         done = 0  # the bijectors that the rows in `mapped` went through
         for norm in norms:
-            total = _Moments()
+            total = Moments()
             for start in starts:
                 stop = min(start + batch_size, len(x))
                 rows = tf.cast(x[start:stop] if done == 0 else mapped.read(start, stop), dtype)
@@ -114,67 +160,7 @@ def set_batch_norm_statistics(model, x, y=None, batch_size: int | None = None) -
             # Set before the next pass: its rows go through this batch norm.
             layers[bijectors[norm].name].set_statistics(total.mean, total.variance)
             done = norm
-
-
-class _Rows:
-    """``N`` rows of one shape and dtype, written and read back by ranges of rows: in
-    memory up to `IN_MEMORY_BYTES`, else in an anonymous temporary file, whose pages the
-    operating system holds or writes out as memory allows (the process's own memory
-    stays at a batch)."""
-
-    def __init__(self, n: int, shape, dtype):
-        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        self.row_bytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-        self.array = self.file = None
-        if n * self.row_bytes > IN_MEMORY_BYTES:
-            self.file = tempfile.TemporaryFile(prefix="tfp_maf_rows_")
-        else:
-            self.array = np.empty((n, *self.shape), dtype)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self.file is not None:
-            self.file.close()
-
-    def write(self, start: int, rows: np.ndarray) -> None:
-        rows = np.ascontiguousarray(rows, self.dtype)
-        if self.array is not None:
-            self.array[start:start + len(rows)] = rows
-        else:
-            self.file.seek(start * self.row_bytes)
-            self.file.write(memoryview(rows).cast("B"))
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        if self.array is not None:
-            return self.array[start:stop]
-        rows = np.empty((stop - start, *self.shape), self.dtype)
-        self.file.seek(start * self.row_bytes)
-        if self.file.readinto(memoryview(rows).cast("B")) != rows.nbytes:
-            raise OSError("the temporary file of mapped rows came back short")
-        return rows
-
-
-class _Moments:
-    """Count, mean and sum of squared deviations, in float64, of rows seen batch by
-    batch: Chan, Golub and LeVeque's pairwise update (1979), stable where the
-    variance is small against the mean."""
-
-    def __init__(self):
-        self.n, self.mean, self.m2 = 0, 0.0, 0.0
-
-    def add(self, n: int, mean, m2) -> None:
-        mean, m2 = np.asarray(mean, np.float64), np.asarray(m2, np.float64)
-        total = self.n + n
-        delta = mean - self.mean
-        self.mean = self.mean + delta * (n / total)
-        self.m2 = self.m2 + m2 + delta**2 * (self.n * n / total)
-        self.n = total
-
-    @property
-    def variance(self):
-        return self.m2 / self.n  # the biased variance, as the paper's batch norm uses
+    return None
 
 
 def _inverse_step(model, last: int):
@@ -198,17 +184,29 @@ def _inverse_step(model, last: int):
     return model_function(model, f"inverse step to {last}", None, step)
 
 
-def _set_in_one_call(model, layers: dict, x, y, dtype) -> None:
+def _set_in_one_call(model, layers: dict, x, y, dtype, x_val=None, y_val=None):
     """The pass of `set_batch_norm_statistics` for a training set of one batch: one call
     of one traced function maps the rows and sets each batch norm before the rows go
     through it (the same figures, bitwise; one call instead of a dozen, whose overhead
     was most of the pass on small data). The function also says whether every statistic
     is one `BatchNormState.set_statistics` accepts; if not, the old ones come back and
-    the error is the one `set_statistics` raises."""
-    y = None if y is None else tf.cast(y, dtype)
-    before, statistics, valid = _one_call_pass(model, layers)(tf.cast(x, dtype), y)
+    the error is the one `set_statistics` raises.
+
+    With validation rows ``x_val`` (and ``y_val``), the same call gives their mean
+    negative log-likelihood with the statistics set (a float; else None). Once a model
+    has that function, a pass without validation calls it too (with no validation
+    rows): one trace for both."""
+    x, y = tf.cast(x, dtype), None if y is None else tf.cast(y, dtype)
+    validating = x_val is not None
+    if validating or has_model_function(model, _VALIDATED):
+        if not validating:
+            x_val, y_val = x[:0], None if y is None else y[:0]
+        args = [tf.cast(t, dtype) for t in ((x, y, x_val, y_val) if y is not None else (x, x_val))]
+        before, statistics, valid, loss = _validated_pass(model, layers, y is not None)(*args)
+    else:
+        (before, statistics, valid), loss = _pass(model, layers)(x, y), None
     if bool(valid):
-        return
+        return float(loss) if validating else None
     for name, (mean, variance) in before.items():
         layers[name].mean.assign(mean)
         layers[name].variance.assign(variance)
@@ -218,38 +216,62 @@ def _set_in_one_call(model, layers: dict, x, y, dtype) -> None:
     raise ValueError("the training set's batch-norm statistics are non-finite or negative.")
 
 
-def _one_call_pass(model, layers: dict):
-    """``run(x, y)``: sets every batch norm's statistics from ``x`` in order and returns
-    them by layer name (float64 means and variances), as one cached graph function. The
-    variables are assigned in the graph, and a batch norm's bijector reads them when it
-    runs, after the assignment (TensorFlow orders a resource's reads and writes as
-    written)."""
+def _statistics_in_graph(model, layers: dict, rows, yy):
+    """Sets every batch norm's statistics from ``rows`` in order, in the graph being
+    traced, and returns them by layer name (float64 means and variances), their
+    values before and whether they are valid. The variables are assigned in the
+    graph, and a batch norm's bijector reads them when it runs, after the assignment
+    (TensorFlow orders a resource's reads and writes as written)."""
+    dist = model.distribution(None if yy is None else yy[:1])
+    before, statistics, valid = {}, {}, tf.constant(True)
+    context = model.context(yy)
+    with kernels_as_stored():  # no gradient: no kernel * mask products
+        for bijector in dist.bijector.bijectors:
+            if isinstance(bijector, ExpGammaBatchNorm):
+                mean, m2 = _moments(rows)
+                # The biased variance, as `Moments` gives it for one batch.
+                variance = m2 / tf.cast(tf.shape(rows)[0], tf.float64)
+                layer = layers[bijector.name]
+                before[bijector.name] = (tf.identity(layer.mean), tf.identity(layer.variance))
+                mean, variance = tf.cast(mean, layer.mean.dtype), tf.cast(variance, layer.variance.dtype)
+                # What `BatchNormState.set_statistics` accepts, in the variables' dtype.
+                valid &= tf.reduce_all(tf.math.is_finite(mean)) & tf.reduce_all(tf.math.is_finite(variance))
+                valid &= tf.reduce_all(variance >= 0)
+                layer.mean.assign(mean)
+                layer.variance.assign(variance)
+                statistics[bijector.name] = (mean, variance)
+                if len(statistics) == len(layers):
+                    break  # nothing past the last batch norm needs the rows
+            rows = _inverse(bijector, rows, context)
+    return before, statistics, valid
 
-    def run(rows, yy):
-        dist = model.distribution(None if yy is None else yy[:1])
-        before, statistics, valid = {}, {}, tf.constant(True)
-        context = model.context(yy)
-        with kernels_as_stored():  # no gradient: no kernel * mask products
-            for bijector in dist.bijector.bijectors:
-                if isinstance(bijector, ExpGammaBatchNorm):
-                    mean, m2 = _moments(rows)
-                    # The biased variance, as `_Moments` gives it for one batch.
-                    variance = m2 / tf.cast(tf.shape(rows)[0], tf.float64)
-                    layer = layers[bijector.name]
-                    before[bijector.name] = (tf.identity(layer.mean), tf.identity(layer.variance))
-                    mean, variance = tf.cast(mean, layer.mean.dtype), tf.cast(variance, layer.variance.dtype)
-                    # What `BatchNormState.set_statistics` accepts, in the variables' dtype.
-                    valid &= tf.reduce_all(tf.math.is_finite(mean)) & tf.reduce_all(tf.math.is_finite(variance))
-                    valid &= tf.reduce_all(variance >= 0)
-                    layer.mean.assign(mean)
-                    layer.variance.assign(variance)
-                    statistics[bijector.name] = (mean, variance)
-                    if len(statistics) == len(layers):
-                        break  # nothing past the last batch norm needs the rows
-                rows = _inverse(bijector, rows, context)
-        return before, statistics, valid
 
-    return model_function(model, "batch-norm statistics in one call", None, run)
+def _pass(model, layers: dict):
+    """``run(x, y)``: `_statistics_in_graph` as one cached graph function."""
+    return model_function(model, "batch-norm statistics in one call", None,
+                          lambda rows, yy: _statistics_in_graph(model, layers, rows, yy))
+
+
+_VALIDATED = "batch-norm statistics and validation in one call"
+
+
+def _validated_pass(model, layers: dict, conditional: bool):
+    """``run(x, y, x_val, y_val)`` (``run(x, x_val)`` for an unconditional model):
+    `_statistics_in_graph` from ``x``, then the mean negative log-likelihood of
+    ``x_val`` with the statistics set, as one cached graph function traced once for any
+    number of rows. The log-likelihood is the model's traced ``log_prob``
+    (`keras_models.model_functions.traced_log_prob`), whose trace for rows of any
+    number then serves the user's later calls, as a Keras validation's does."""
+
+    def run(*args):
+        rows, yy, x_val, y_val = args if conditional else (args[0], None, args[1], None)
+        before, statistics, valid = _statistics_in_graph(model, layers, rows, yy)
+        return before, statistics, valid, -tf.reduce_mean(traced_log_prob(model, x_val, y_val))
+
+    rows = tf.TensorSpec([None, model.event_size], model.compute_dtype)
+    side = tf.TensorSpec([None, model.conditional_dims or 0], model.compute_dtype)
+    signature = [rows, side, rows, side] if conditional else [rows, rows]
+    return model_function(model, _VALIDATED, None, run, input_signature=signature)
 
 
 def _inverse(bijector, rows, context):
@@ -315,6 +337,45 @@ class BatchNormStatistics(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         # Runs after EarlyStopping restored the best weights (callbacks run in order).
         self._update()
+
+
+class ValidationWithStatistics(keras.callbacks.Callback):
+    """At each epoch's end, the batch norms' statistics from the whole training set and
+    the validation loss with them (`validation_loss_with_statistics`: one call where the
+    training set takes one), given to the callbacks after it as ``logs["val_loss"]``.
+
+    For a ``fit`` without ``validation_data``, ahead of every callback that reads the
+    validation loss; `keras_models.training.fit_as_paper` uses it in place of Keras'
+    validation where the training set takes one call. The statistics are the weights'
+    of each epoch, and go with them (early stopping's best weights carry their own);
+    `fit` then adds no `EpochStatistics`.
+
+    Args:
+      x_train, y_train: the training data ``[N, D]`` and ``[N, K]`` (None for an
+        unconditional model).
+      x_val, y_val: the validation rows ``[M, D]`` and ``[M, K]``.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from keras_models import MAF
+    >>> rng = np.random.default_rng(0)
+    >>> x, x_val = rng.normal(size=(64, 2)).astype(np.float32), rng.normal(size=(16, 2)).astype(np.float32)
+    >>> model = MAF(2, num_layers=1, hidden_units=[8])
+    >>> model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    >>> history = model.fit(x, epochs=2, verbose=0, callbacks=[ValidationWithStatistics(x, None, x_val)])
+    >>> len(history.history["val_loss"])
+    2
+    """
+
+    def __init__(self, x_train, y_train, x_val, y_val=None):
+        super().__init__()
+        self.x_train, self.y_train, self.x_val, self.y_val = x_train, y_train, x_val, y_val
+
+    def on_epoch_end(self, epoch, logs=None):
+        loss = validation_loss_with_statistics(self.model, self.x_train, self.y_train, self.x_val, self.y_val)
+        if logs is not None:
+            logs["val_loss"] = loss
 
 
 class EpochStatistics(keras.callbacks.Callback):

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_models import kernel_storage
+from keras_models.model_functions import model_function
 
 __all__ = ["RunBackup", "ShuffleEpoch", "StopOnNonFinite", "TimeBudget", "log_scalar", "write_atomically"]
 
@@ -106,7 +107,11 @@ class StopOnNonFinite(keras.callbacks.Callback):
     def _snapshot(self):
         # The weights' values as tensors: no copy until a step updates a variable (which
         # then writes a new buffer); NumPy copies cost more than the epoch of a small model.
-        return [tf.convert_to_tensor(w) for w in self.model.weights]
+        # Read in one call of a traced function: read one by one, eagerly, they cost 2.7
+        # ms an epoch (a MAF (5)'s 50 weights, 2 cores), 4% of a small dataset's epoch.
+        weights = self.model.weights
+        return model_function(self.model, "weights' values", None,
+                              lambda: [tf.convert_to_tensor(w) for w in weights])()
 
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")

@@ -18,6 +18,7 @@ from keras_models.model_functions import (
     noise_in_parts,
     rows_per_call,
     sample_rows_per_call,
+    traced_log_prob,
 )
 from tfp_maf import apply_masks
 from tfp_maf.arguments import check_int
@@ -245,7 +246,7 @@ class DensityModel(KerasLoop):
         traced function of it. The test and predict steps call it too: the trace made
         for validation then serves the user's later calls (each trace costs about 0.2 s
         for a MAF (5), 2 cores)."""
-        return model_function(self, "log_prob", y, lambda x, y: self._log_prob(x, y, False), x=x)(x, y)
+        return traced_log_prob(self, x, y)
 
     def _log_prob(self, x, y, training) -> tf.Tensor:
         """log p(x | y) of checked inputs: the distribution's, or a subclass's faster

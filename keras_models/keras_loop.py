@@ -6,7 +6,8 @@ negative log-likelihood (no ``loss`` is compiled) plus ``model.losses``, a train
 masks the MADEs' gradients after the tape (`tfp_maf.layers.kernels_as_stored`) and adds
 the gradients of Keras' L2 penalties itself (``2 l2 w``: the same step, fewer ops to
 trace), and ``fit`` keeps the batch norms' statistics right
-(`keras_models.batch_norm_statistics.EpochStatistics`).
+(`keras_models.batch_norm_statistics.EpochStatistics`; with the paper's pass instead,
+its step keeps no epoch moments).
 The model supplies ``log_prob`` and ``_traced_log_prob``.
 """
 
@@ -25,10 +26,11 @@ from keras_models._checks import unpack
 from keras_models.batch_norm_statistics import (
     BatchNormStatistics,
     EpochStatistics,
+    ValidationWithStatistics,
     batch_norm_layers,
 )
 from tfp_maf._platform.keras_steps import one_step_function
-from tfp_maf.layers import hold_kernel_masks, kernels_as_stored, mask_gradients
+from tfp_maf.layers import epoch_moments_kept, hold_kernel_masks, kernels_as_stored, mask_gradients
 from tfp_maf.tracing import custom_gradients_released, mark_traced_on_purpose
 
 __all__ = ["KerasLoop", "with_epoch_statistics"]
@@ -44,9 +46,10 @@ class KerasLoop(keras.Model):
         normalised, the later batches weighted more, before validation and at the
         epoch's end (`keras_models.batch_norm_statistics.EpochStatistics`, put first in
         ``callbacks``), so `log_prob` and ``evaluate`` after ``fit`` see statistics of
-        the training data. With a `BatchNormStatistics` callback among ``callbacks``
-        (as `keras_models.training.fit_as_paper` passes) the statistics are instead
-        the paper's: a pass over the whole training set with the final weights.
+        the training data. With a `BatchNormStatistics` or `ValidationWithStatistics`
+        callback among ``callbacks`` (as `keras_models.training.fit_as_paper` passes)
+        the statistics are instead the paper's: a pass over the whole training set,
+        and the step keeps no epoch moments.
         Arguments are Keras'.
         """
         kwargs = _checks.dataset_shuffle(super().fit, args, kwargs)
@@ -55,7 +58,13 @@ class KerasLoop(keras.Model):
         kwargs["callbacks"] = with_epoch_statistics(self, kwargs.get("callbacks"))
         kwargs = _checks.weights_kept(self, kwargs)
         _check_training_rows(self, kwargs)
-        return self._checked_call(super().fit, (), kwargs, ("steps_per_epoch", "validation_steps"))
+        # The steps keep the batch norms' epoch moments only for `EpochStatistics`: the
+        # paper's pass sets the statistics without them (`make_train_function`).
+        self._keeps_epoch_moments = _uses_epoch_statistics(kwargs["callbacks"])
+        try:
+            return self._checked_call(super().fit, (), kwargs, ("steps_per_epoch", "validation_steps"))
+        finally:
+            self._keeps_epoch_moments = True
 
     def evaluate(self, *args, **kwargs):
         kwargs = _checks.weights_kept(self, _checks.by_name(super().evaluate, args, kwargs))
@@ -88,10 +97,19 @@ class KerasLoop(keras.Model):
         # The masks as variables, which the step reads: never folded into constants of
         # the compiled step (`tfp_maf.layers.gradient_masks.KernelMask`).
         hold_kernel_masks(self)
-        if self.train_function is None or force:
+        # One train function with the batch norms' epoch moments and, made when a fit
+        # first needs it, one without (`_keeps_epoch_moments`, read when the step is traced).
+        made = self.__dict__.get("_train_functions_made") or {}
+        if force or self.train_function is None or self.train_function not in made.values():
+            made = {}
+        keeps = self._keeps_epoch_moments
+        if keeps not in made:
             self.train_function = one_step_function(self, self.train_step)
             if self.train_function is None:
-                super().make_train_function(force)
+                super().make_train_function(force=True)
+            made[keeps] = self.train_function
+        self.__dict__["_train_functions_made"] = made
+        self.train_function = made[keeps]
         mark_traced_on_purpose(self.train_function)
         return self.train_function
 
@@ -108,6 +126,10 @@ class KerasLoop(keras.Model):
         mark_traced_on_purpose(self.predict_function)
         return self.predict_function
 
+    #: Whether a train step traced now keeps the batch norms' epoch moments
+    #: (`tfp_maf.layers.epoch_moments_kept`); `fit` sets it for its call.
+    _keeps_epoch_moments = True
+
     @property
     def metrics(self):
         return [self.loss_tracker]
@@ -116,7 +138,7 @@ class KerasLoop(keras.Model):
         # custom_gradients_released: else the trace outlives the model. kernels_as_stored:
         # the MADEs' kernels are read as stored and their gradients masked below, where XLA
         # fuses the mask into the optimizer's update.
-        with custom_gradients_released(), kernels_as_stored():
+        with custom_gradients_released(), kernels_as_stored(), epoch_moments_kept(self._keeps_epoch_moments):
             x, y, sample_weight = unpack(data)
             variables = self.trainable_variables
             # Under tf.distribute each replica sees 1/R of the global batch and the
@@ -243,11 +265,20 @@ def _check_training_rows(model, given: dict) -> None:
             f"{'' if other is None else f' (e.g. {other})'}, or drop a row.")
 
 
+def _listed(callbacks) -> list:
+    return callbacks.callbacks if isinstance(callbacks, keras.callbacks.CallbackList) else list(callbacks or [])
+
+
+def _uses_epoch_statistics(callbacks) -> bool:
+    return any(isinstance(c, EpochStatistics) for c in _listed(callbacks))
+
+
 def with_epoch_statistics(model, callbacks):
     """``fit``'s ``callbacks`` with `EpochStatistics` first, unless they set the statistics
-    by the paper's exact pass (or already have it)."""
-    listed = callbacks.callbacks if isinstance(callbacks, keras.callbacks.CallbackList) else list(callbacks or [])
-    if any(isinstance(c, (BatchNormStatistics, EpochStatistics)) for c in listed):
+    by the paper's exact pass (`BatchNormStatistics`, `ValidationWithStatistics`) or
+    already have it."""
+    listed = _listed(callbacks)
+    if any(isinstance(c, (BatchNormStatistics, ValidationWithStatistics, EpochStatistics)) for c in listed):
         return callbacks
     epoch_statistics = EpochStatistics()
     if not isinstance(callbacks, keras.callbacks.CallbackList):

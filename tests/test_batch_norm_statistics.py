@@ -9,6 +9,7 @@ import pytest
 import keras_models as km
 import tfp_maf
 from keras_models import batch_norm_statistics as bns
+from keras_models import streamed_rows
 from tfp_maf.layers import apply_masks
 
 
@@ -44,7 +45,7 @@ def _trained(conditional):
                          ids=["rows-in-memory", "rows-in-a-file", "one-call"])
 def test_streamed_statistics_equal_the_whole_set_at_once(conditional, in_memory, batch_size, monkeypatch):
     if not in_memory:
-        monkeypatch.setattr(bns, "IN_MEMORY_BYTES", 0)  # the path of training sets above it
+        monkeypatch.setattr(streamed_rows, "IN_MEMORY_BYTES", 0)  # the path of training sets above it
     model, x, y = _trained(conditional)
     reference = _reference(model, x, y)
     # 100: a batch that does not divide the 523 rows, the last one is short. None: the
@@ -86,7 +87,7 @@ def test_moments_combine_stably_far_from_zero():
     # A large mean and a small spread: the naive E[x^2] - E[x]^2 loses every digit here.
     rng = np.random.default_rng(0)
     x = 1e6 + rng.normal(0.0, 1e-2, size=(10_001, 2))
-    total = bns._Moments()
+    total = streamed_rows.Moments()
     for start in range(0, len(x), 997):
         batch = x[start:start + 997]
         total.add(len(batch), batch.mean(0), ((batch - batch.mean(0)) ** 2).sum(0))
@@ -95,9 +96,9 @@ def test_moments_combine_stably_far_from_zero():
 
 
 def test_rows_written_to_a_file_read_back_exactly(monkeypatch):
-    monkeypatch.setattr(bns, "IN_MEMORY_BYTES", 0)
+    monkeypatch.setattr(streamed_rows, "IN_MEMORY_BYTES", 0)
     values = np.random.default_rng(0).normal(size=(37, 4)).astype(np.float32)
-    with bns._Rows(37, (4,), np.dtype(np.float32)) as rows:
+    with streamed_rows.MappedRows(37, (4,), np.dtype(np.float32)) as rows:
         assert rows.file is not None and rows.array is None
         for start in range(0, 37, 10):
             rows.write(start, values[start:start + 10])
@@ -199,3 +200,44 @@ def test_callbacks_see_the_epochs_statistics_and_the_exact_pass_takes_precedence
     model.set_batch_norm_statistics(x)
     for mean, layer in zip(stored, bns.batch_norm_layers(model), strict=True):
         np.testing.assert_array_equal(mean, layer.mean.numpy())
+
+
+def test_a_fit_with_the_paper_pass_traces_a_step_without_the_epoch_moments():
+    import keras
+
+    x, _ = _conditional_rows()
+    model = km.MAF(2, hidden_units=[16], num_layers=2, seed=0)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    model.fit(x, batch_size=50, epochs=1, verbose=0, callbacks=[bns.BatchNormStatistics(x)])
+    assert not any(layer.store_epoch_moments() for layer in bns.batch_norm_layers(model))  # none kept
+    paper_step = model.train_function
+    model.fit(x, batch_size=50, epochs=1, verbose=0)  # EpochStatistics: a step that keeps them
+    assert model.train_function is not paper_step
+    assert all(layer.store_epoch_moments() for layer in bns.batch_norm_layers(model))
+    model.fit(x, batch_size=50, epochs=1, verbose=0, callbacks=[bns.BatchNormStatistics(x)])
+    assert model.train_function is paper_step  # each step is made once
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))  # a new compile: new steps
+    model.fit(x, batch_size=50, epochs=1, verbose=0, callbacks=[bns.BatchNormStatistics(x)])
+    assert model.train_function is not paper_step
+
+
+@pytest.mark.parametrize("regime", ["one call", "in parts", "no batch norm"])
+@pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
+def test_the_validation_with_the_statistics_is_the_pass_then_log_prob(regime, conditional, monkeypatch):
+    if regime == "in parts":
+        monkeypatch.setattr(bns, "rows_per_call", lambda width: 100)
+    x, y = _conditional_rows()
+    y = y if conditional else None
+    family = km.MADE if regime == "no batch norm" else km.MAF
+    kwargs = {"conditional_dims": 2} if conditional else {}
+    model, reference = (family(2, hidden_units=[16], seed=0, **kwargs) for _ in range(2))
+    reference.set_weights(model.get_weights())
+    x_val, y_val = x[:70] + np.float32(0.5), None if y is None else y[:70]
+
+    loss = bns.validation_loss_with_statistics(model, x, y, x_val, y_val)
+    reference.set_batch_norm_statistics(x, y)
+    for a, b in zip(model.get_weights(), reference.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)  # the statistics are the pass's
+    np.testing.assert_allclose(loss, -np.mean(reference.log_prob(x_val, y_val)), rtol=1e-6)
+    with pytest.raises(ValueError, match="conditional"):  # y_val missing, or given to an unconditional model
+        bns.validation_loss_with_statistics(model, x, y, x_val, None if conditional else x_val)

@@ -102,6 +102,32 @@ def test_fit_as_paper_reads_each_epochs_pass_as_a_fresh_iterator_would():
     assert paper["loss"] == plain["loss"] and paper["val_loss"] == plain["val_loss"]
 
 
+def test_fit_as_paper_validates_in_the_statistics_call_where_it_can_and_by_keras_elsewhere():
+    """A validation set of one batch and a training set of one call: the validation
+    rides on the statistics pass (`ValidationWithStatistics`); in two batches, Keras
+    validates. The losses agree, and so does the training."""
+    from keras_models.batch_norm_statistics import ValidationWithStatistics
+
+    splits = _figure1(n=250)
+    original = ValidationWithStatistics.on_epoch_end
+
+    def run(eval_batch_size):
+        keras.utils.set_random_seed(0)
+        model = training.compile_as_paper(km.MAF(2, hidden_units=[8], num_layers=2, seed=0), "maf5",
+                                          jit_compile=False)
+        pipes = splits.pipelines(batch_size=100, eval_batch_size=eval_batch_size, seed=3)
+        with mock.patch.object(ValidationWithStatistics, "on_epoch_end", autospec=True,
+                               side_effect=original) as validated:
+            history, _ = training.fit_as_paper(model, pipes.train, pipes.validation, splits.x_train,
+                                               max_epochs=3, verbose=0, shuffle_epoch=pipes.epoch)
+        return history.history, validated.call_count
+
+    (one_batch, calls), (two_batches, no_calls) = run(100), run(60)
+    assert (calls, no_calls) == (3, 0)
+    assert one_batch["loss"] == two_batches["loss"]
+    np.testing.assert_allclose(one_batch["val_loss"], two_batches["val_loss"], rtol=1e-6)
+
+
 def test_jit_compile_trains_and_matches_the_graph_loss():
     splits = _figure1()
     train, val, *_ = splits.pipelines(batch_size=100)
