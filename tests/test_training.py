@@ -128,6 +128,31 @@ def test_fit_as_paper_validates_in_the_statistics_call_where_it_can_and_by_keras
     np.testing.assert_allclose(one_batch["val_loss"], two_batches["val_loss"], rtol=1e-6)
 
 
+class MovesEveryEntry(keras.optimizers.SGD):
+    """An optimizer of the user's whose step writes every kernel entry (its name is the
+    root of a TF name scope: no leading underscore)."""
+
+    def update_step(self, gradient, variable, learning_rate):
+        variable.assign_add(keras.ops.ones_like(variable) * 0.01)
+
+
+@pytest.mark.parametrize("optimizer", ["Adam", "FusedAdam", "SGD", "moves every entry"])
+def test_fit_keeps_the_kernels_zeros_outside_their_masks(optimizer):
+    """The train step leaves out the masks' projection after a Keras optimizer's update
+    (it keeps the zeros itself); another optimizer's update gets the projection."""
+    make = {"Adam": keras.optimizers.Adam, "FusedAdam": km.optimizers.FusedAdam, "SGD": keras.optimizers.SGD,
+            "moves every entry": MovesEveryEntry}[optimizer]
+    x = np.random.default_rng(0).normal(size=(200, 3)).astype(np.float32)
+    model = km.MAF(3, hidden_units=[16], num_layers=2, seed=0)
+    model.compile(optimizer=make(0.05))
+    before = [layer.kernel.numpy() for made in model.mades for layer in (*made.hidden_layers, made.output_layer)]
+    model.fit(x, batch_size=50, epochs=2, verbose=0)
+    layers = [layer for made in model.mades for layer in (*made.hidden_layers, made.output_layer)]
+    for layer, initial in zip(layers, before, strict=True):
+        np.testing.assert_array_equal(layer.kernel.numpy() * (1 - layer.mask), 0.0)
+        assert not np.array_equal(layer.kernel.numpy(), initial)  # trained
+
+
 def test_jit_compile_trains_and_matches_the_graph_loss():
     splits = _figure1()
     train, val, *_ = splits.pipelines(batch_size=100)
