@@ -43,7 +43,6 @@ WINDOW_FRACTION = 0.25
 MIN_WINDOW = 25
 
 
-
 def batch_norm_layers(model) -> list[BatchNormState]:
     """The layers that hold ``model``'s batch-norm statistics."""
     return [layer for layer in sublayers(model) if isinstance(layer, BatchNormState)]
