@@ -154,8 +154,10 @@ class KerasLoop(keras.Model):
                 total = (nll + tf.cast(penalty, nll.dtype)) / replicas
             if variables:
                 gradients = _plus_l2_gradients(tape.gradient(total, variables), variables, l2_factors, replicas)
+                # Masked first: the masks are read through the kernels' constraints.
+                gradients = mask_gradients(self, gradients, variables)
                 with _projections_set_aside(self.optimizer, variables):
-                    self.optimizer.apply(mask_gradients(self, gradients, variables), variables)
+                    self.optimizer.apply(gradients, variables)
             self.loss_tracker.update_state(nll, sample_weight=_rows(x, sample_weight, nll.dtype))
             return self._logs()
 
