@@ -96,8 +96,10 @@ def validation_loss_with_statistics(model, x, y, x_val, y_val=None) -> float:
 
     Args:
       model: a `keras_models.DensityModel`.
-      x, y: the training data ``[N, D]`` and, for a conditional model, ``[N, K]``.
-      x_val, y_val: the validation rows ``[M, D]`` and ``[M, K]``.
+      x: the training data ``[N, D]``.
+      y: its side information ``[N, K]``; None for an unconditional model.
+      x_val: the validation rows ``[M, D]``.
+      y_val: their side information ``[M, K]``; None for an unconditional model.
 
     Returns:
       The validation loss, a float (as ``evaluate`` gives it).
@@ -350,9 +352,10 @@ class ValidationWithStatistics(keras.callbacks.Callback):
     `fit` then adds no `EpochStatistics`.
 
     Args:
-      x_train, y_train: the training data ``[N, D]`` and ``[N, K]`` (None for an
-        unconditional model).
-      x_val, y_val: the validation rows ``[M, D]`` and ``[M, K]``.
+      x_train: the training data ``[N, D]``.
+      y_train: its side information ``[N, K]``; None for an unconditional model.
+      x_val: the validation rows ``[M, D]``.
+      y_val: their side information ``[M, K]``; None for an unconditional model.
 
     Example:
 
