@@ -374,6 +374,14 @@ class ValidationWithStatistics(keras.callbacks.Callback):
         super().__init__()
         self.x_train, self.y_train, self.x_val, self.y_val = x_train, y_train, x_val, y_val
 
+    def on_train_begin(self, logs=None):
+        # Refused before the first epoch trains, not after it.
+        _checks.check_x(self.model, self.x_val)
+        _checks.check_y(self.model, self.y_val, "pass y_val")
+        if self.model.conditional_dims is not None and self.y_train is None:
+            raise ValueError(f"{self.model.name} is conditional on y with {self.model.conditional_dims} "
+                             "columns: pass y_train.")
+
     def on_epoch_end(self, epoch, logs=None):
         loss = validation_loss_with_statistics(self.model, self.x_train, self.y_train, self.x_val, self.y_val)
         if logs is not None:

@@ -241,3 +241,18 @@ def test_the_validation_with_the_statistics_is_the_pass_then_log_prob(regime, co
     np.testing.assert_allclose(loss, -np.mean(reference.log_prob(x_val, y_val)), rtol=1e-6)
     with pytest.raises(ValueError, match="conditional"):  # y_val missing, or given to an unconditional model
         bns.validation_loss_with_statistics(model, x, y, x_val, None if conditional else x_val)
+
+
+def test_the_validation_callback_refuses_missing_side_information_before_training():
+    import keras
+
+    x, y = _conditional_rows()
+    model = km.MAF(2, hidden_units=[16], num_layers=2, conditional_dims=2, seed=0)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    before = [w.numpy().copy() for w in model.trainable_weights]
+    for callback, missing in ((bns.ValidationWithStatistics(x, y, x[:50]), "pass y_val"),
+                              (bns.ValidationWithStatistics(x, None, x[:50], y[:50]), "pass y_train")):
+        with pytest.raises(ValueError, match=missing):
+            model.fit(x, y, batch_size=50, epochs=1, verbose=0, callbacks=[callback])
+    for a, b in zip(before, model.trainable_weights, strict=True):
+        np.testing.assert_array_equal(a, b.numpy())  # refused before any step
