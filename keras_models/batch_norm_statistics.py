@@ -202,7 +202,8 @@ def _set_in_one_call(model, layers: dict, x, y, dtype, x_val=None, y_val=None):
     if validating or has_model_function(model, _VALIDATED):
         if not validating:
             x_val, y_val = x[:0], None if y is None else y[:0]
-        args = [tf.cast(t, dtype) for t in ((x, y, x_val, y_val) if y is not None else (x, x_val))]
+        x_val, y_val = tf.cast(x_val, dtype), None if y_val is None else tf.cast(y_val, dtype)
+        args = (x, y, x_val, y_val) if y is not None else (x, x_val)
         before, statistics, valid, loss = _validated_pass(model, layers, y is not None)(*args)
     else:
         (before, statistics, valid), loss = _pass(model, layers)(x, y), None
