@@ -179,7 +179,7 @@ class AffineCoupling(LayerVariables, FusedBijector):
         if sign > 0:
             out_t = z_t * tf.exp(log_scale) + shift
         else:
-            out_t = (z_t - shift) * tf.exp(-log_scale)
+            out_t = (z_t - shift) / tf.exp(log_scale)  # not * exp(-alpha): a slow fused kernel on CPU
         out = tf.gather(tf.concat([z_c, out_t], axis=-1), self._merge, axis=-1)
         return out, sign * tf.reduce_sum(log_scale, axis=-1)
 

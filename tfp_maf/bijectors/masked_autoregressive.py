@@ -36,12 +36,15 @@ def _affine_inverse(x, shift, log_scale):
 
     @tf.custom_gradient
     def inverse(x, shift, log_scale):
-        inverse_scale = tf.exp(-log_scale)
-        u = (x - shift) * inverse_scale
+        # Divided by exp(alpha), not multiplied by exp(-alpha): TF's CPU graph optimiser
+        # fuses Neg and Exp into one `_UnaryOpsComposition`, about 30 times slower than
+        # the two at a batch of 100 rows (a tenth of a small MAF's train step).
+        scale = tf.exp(log_scale)
+        u = (x - shift) / scale
 
         def grad(du, dlog_det):
             du = tf.zeros_like(u) if du is None else du
-            dx = du * inverse_scale
+            dx = du / scale
             dlog_scale = -(du * u)
             if dlog_det is not None:
                 dlog_scale -= dlog_det[:, tf.newaxis]
@@ -175,7 +178,7 @@ class MaskedAutoregressive(MaskedTransform):
 
     def _map_inverse(self, x, theta):
         shift, log_scale = theta
-        return (x - shift) * tf.exp(-log_scale), -log_scale
+        return (x - shift) / tf.exp(log_scale), -log_scale  # not * exp(-alpha): see above
 
     def _map_forward(self, u, theta):
         return _affine(u, *theta)
