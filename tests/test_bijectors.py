@@ -324,30 +324,35 @@ def test_log_scale_bound_is_exact_inside_its_knee(kind):
 
 
 @pytest.mark.parametrize("where", GRADIENT_PLACES)
-@pytest.mark.parametrize("log_scale_bound", [None, 2.0])
-def test_maf_inverse_gradients_are_tfs_of_the_affine_formula(dtype, log_scale_bound, where):
-    # Eagerly and in a trace whose custom gradients are released (a `fit` step), an
-    # unconditional MAF takes its written-out gradient of u = (x - mu) exp(-alpha) and
-    # of the log-det; in any other trace, TF's (a written-out one would stay in TF's
+@pytest.mark.parametrize("log_scale_bound, conditional", [(None, False), (2.0, False), (None, True)])
+def test_maf_inverse_gradients_are_tfs_of_the_affine_formula(dtype, log_scale_bound, conditional, where):
+    # Eagerly and in a trace whose custom gradients are released (a `fit` step), a MAF
+    # without y, or with a y its caller aligned with x (`rows_aligned`, as a model's
+    # log_prob does), takes its written-out gradient of u = (x - mu) exp(-alpha) and of
+    # the log-det; in any other trace, TF's (a written-out one would stay in TF's
     # gradient registry). All three equal TF's gradient of the formula, with respect to
-    # x and every weight, with upstream gradients on u and on the log-det.
-    from tfp_maf.math import soft_bound
+    # x, y and every weight, with upstream gradients on u and on the log-det.
+    from tfp_maf.math import rows_aligned, soft_bound
 
-    made = MADENetwork(D, hidden_units=[16, 16], order="random", seed=0, dtype=dtype.name)
+    K = 3 if conditional else None
+    made = MADENetwork(D, hidden_units=[16, 16], order="random", conditional_dims=K, seed=0, dtype=dtype.name)
     randomize_weights(made, 0)
     maf = MaskedAutoregressive(made, log_scale_bound=log_scale_bound)
     x, du, dlog_det = _data(dtype, [50, D], 1), _data(dtype, [50, D], 2), _data(dtype, [50], 3)
-    watched = [x, *made.trainable_variables]
+    y = _data(dtype, [50, K], 4) if conditional else None
+    given = {"conditional_input": y} if conditional else {}
+    watched = [x, *([y] if conditional else []), *made.trainable_variables]
 
     def loss_and_gradients(reference):
         with tf.GradientTape() as tape:
-            tape.watch(x)
+            tape.watch(watched[: 2 if conditional else 1])
             if reference:
-                shift, log_scale = made(x)
+                shift, log_scale = made(x, **given)
                 log_scale = soft_bound(log_scale, log_scale_bound)
                 u, log_det = (x - shift) * tf.exp(-log_scale), tf.reduce_sum(-log_scale, axis=-1)
             else:
-                u, log_det = maf.inverse(x), maf.inverse_log_det_jacobian(x, 1)
+                with rows_aligned():
+                    u, log_det = maf.inverse(x, **given), maf.inverse_log_det_jacobian(x, 1, **given)
             loss = tf.reduce_sum(u * du) + tf.reduce_sum(log_det * dlog_det)
         return (loss, *tape.gradient(loss, watched))
 

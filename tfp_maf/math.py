@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import tensorflow as tf
 
-__all__ = ["broadcast_batch", "soft_bound"]
+__all__ = ["broadcast_batch", "rows_aligned", "rows_are_aligned", "soft_bound"]
+
+_ALIGNED = contextvars.ContextVar("tfp_maf_rows_aligned", default=False)
 
 
 def soft_bound(a: tf.Tensor, bound: float | None) -> tf.Tensor:
@@ -49,3 +54,37 @@ def broadcast_batch(a: tf.Tensor, b: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     (TensorShape([4, 3]), TensorShape([4, 2]))
     """
     return a + tf.zeros_like(b[..., :1]), b + tf.zeros_like(a[..., :1])
+
+
+@contextlib.contextmanager
+def rows_aligned():
+    """Inside it, a conditional network takes ``x`` and the side information ``y`` it is
+    given to have one batch shape already, and leaves out its own `broadcast_batch`.
+
+    For a caller that broadcasts them once for a whole flow (a `keras_models` model's
+    ``log_prob``): each MADE and coupling network of the flow would otherwise broadcast
+    them again, and a train step would trace the two additions and the gradients of
+    their broadcasting (about 50 ops a MADE, a tenth of a conditional MAF (5)'s step).
+    Unaligned inputs inside it are an error of the caller's.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tfp_maf.layers import MADENetwork
+    >>> made = MADENetwork(2, hidden_units=[8], conditional_dims=3, seed=0)
+    >>> x, y = broadcast_batch(tf.zeros([4, 2]), tf.ones([1, 3]))
+    >>> with rows_aligned():
+    ...     shift, log_scale = made(x, conditional_input=y)
+    >>> shift.shape
+    TensorShape([4, 2])
+    """
+    token = _ALIGNED.set(True)
+    try:
+        yield
+    finally:
+        _ALIGNED.reset(token)
+
+
+def rows_are_aligned() -> bool:
+    """Whether the caller promised aligned ``x`` and ``y`` (inside `rows_aligned`)."""
+    return _ALIGNED.get()

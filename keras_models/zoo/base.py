@@ -4,6 +4,7 @@ penalty and the standard normal base."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import keras
@@ -15,6 +16,7 @@ from keras_models import kernel_storage
 from keras_models.density_model import DensityModel
 from tfp_maf.arguments import check_bound, check_int, check_ints
 from tfp_maf.bijectors import GraphLocalChain
+from tfp_maf.math import broadcast_batch, rows_aligned
 
 tfd = tfp.distributions
 
@@ -131,10 +133,15 @@ class FlowModel(DensityModel):
         # traces (a MAF (5): 2,486 to 2,066, its first batch 0.2 s sooner on 2 cores).
         y = self.context(y, training)
         u, log_det = x, 0.0
-        for bijector in self._bijectors():  # data side first
-            u, part = bijector.inverse_and_log_det(u, **tfp_maf.flow_kwargs(bijector, y, training))
-            log_det += part
-        return self._base(y).log_prob(u) + log_det
+        if y is None:
+            aligned = contextlib.nullcontext()
+        else:  # broadcast once here, not again in each network and its gradient
+            (u, y), aligned = broadcast_batch(x, y), rows_aligned()
+        with aligned:
+            for bijector in self._bijectors():  # data side first
+                u, part = bijector.inverse_and_log_det(u, **tfp_maf.flow_kwargs(bijector, y, training))
+                log_det += part
+            return self._base(y).log_prob(u) + log_det
 
     def get_config(self):
         config = super().get_config()

@@ -11,7 +11,7 @@ from tfp_maf import _checks
 from tfp_maf._platform.layer_tracking import LayerVariables
 from tfp_maf.arguments import check_bound, check_int
 from tfp_maf.bijectors.fused import FusedBijector, dtype_of
-from tfp_maf.math import soft_bound
+from tfp_maf.math import rows_are_aligned, soft_bound
 
 __all__ = ["AffineCoupling", "coupling_partition"]
 
@@ -174,8 +174,9 @@ class AffineCoupling(LayerVariables, FusedBijector):
             shift, log_scale = self._fn(z_c, conditional_input=conditional_input)
         self._retrack_layers()
         log_scale = soft_bound(log_scale, self._log_scale_bound)
-        # Broadcast the copied half against the conditional input's batch.
-        z_c = z_c + tf.zeros_like(shift[..., :1])
+        if conditional_input is not None and not rows_are_aligned():
+            # Broadcast the copied half against the conditional input's batch.
+            z_c = z_c + tf.zeros_like(shift[..., :1])
         if sign > 0:
             out_t = z_t * tf.exp(log_scale) + shift
         else:

@@ -7,10 +7,11 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from tfp_maf import _checks
 from tfp_maf._platform.graph_memory import custom_gradients_free
 from tfp_maf.arguments import check_bound
 from tfp_maf.bijectors._autoregressive import MaskedTransform
-from tfp_maf.math import soft_bound
+from tfp_maf.math import rows_are_aligned, soft_bound
 
 __all__ = ["MaskedAutoregressive"]
 
@@ -170,10 +171,13 @@ class MaskedAutoregressive(MaskedTransform):
         return shift, soft_bound(log_scale, self._log_scale_bound)
 
     def _inverse_and_log_det(self, x, conditional_input=None):
-        # Without y the MADE's outputs have x's rows, and a fit step's trace keeps no
-        # custom gradient: the written-out one (`_affine_inverse`). Elsewhere TF's.
-        if conditional_input is None and x.shape.rank == 2 and custom_gradients_free():
-            return _affine_inverse(x, *self._parameters_at(x, None))
+        # Where the MADE's outputs have x's rows (no y, or a y its caller aligned with x,
+        # `tfp_maf.math.rows_aligned`), and a fit step's trace keeps no custom gradient:
+        # the written-out one (`_affine_inverse`). Elsewhere TF's.
+        if ((conditional_input is None or rows_are_aligned()) and x.shape.rank == 2
+                and custom_gradients_free()):
+            conditional_input = _checks.as_conditional_input(conditional_input, self.dtype)
+            return _affine_inverse(x, *self._parameters_at(x, conditional_input))
         return super()._inverse_and_log_det(x, conditional_input)
 
     def _map_inverse(self, x, theta):

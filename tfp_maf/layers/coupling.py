@@ -10,7 +10,7 @@ import tensorflow as tf
 from tfp_maf import _checks
 from tfp_maf.arguments import check_int, check_ints
 from tfp_maf.layers._seeds import seeded
-from tfp_maf.math import broadcast_batch
+from tfp_maf.math import broadcast_batch, rows_are_aligned
 
 __all__ = ["CouplingNetworks"]
 
@@ -122,7 +122,8 @@ class CouplingNetworks(keras.layers.Layer):
         )
         h = x_copied
         if conditional_input is not None:
-            h = tf.concat(broadcast_batch(h, tf.cast(conditional_input, self.compute_dtype)), axis=-1)
+            y = tf.cast(conditional_input, self.compute_dtype)
+            h = tf.concat([h, y] if rows_are_aligned() else broadcast_batch(h, y), axis=-1)
         batch = tf.shape(h)[:-1]
         # Dense layers want a matrix: flatten the batch, restore it at the end.
         h = tf.reshape(h, [-1, self.num_copied + (self.conditional_dims or 0)])

@@ -46,7 +46,7 @@ from tfp_maf.devices import check_device_kind
 from tfp_maf.layers._seeds import seeded
 from tfp_maf.layers.block_layout import auto_blocks, reorder
 from tfp_maf.layers.masked_dense import MaskedDense, apply_masks
-from tfp_maf.math import broadcast_batch
+from tfp_maf.math import broadcast_batch, rows_are_aligned
 
 __all__ = ["CONDITIONAL_INPUT_LAYERS", "SCALE_PARAMETERIZATIONS", "MADENetwork", "check_conditional_input_layers",
            "check_scale_parameterization"]
@@ -337,7 +337,9 @@ class MADENetwork(keras.layers.Layer):
         _checks.check_conditional_input(conditional_input, self.conditional_dims, "MADE")
         y = None
         if conditional_input is not None:
-            x, y = broadcast_batch(x, tf.cast(conditional_input, self.compute_dtype))
+            y = tf.cast(conditional_input, self.compute_dtype)
+            if not rows_are_aligned():
+                x, y = broadcast_batch(x, y)
             y = tf.reshape(y, [-1, self.conditional_dims])
         return tf.reshape(x, [-1, self.event_size]), y, tf.shape(x)[:-1]
 
