@@ -133,10 +133,10 @@ class FlowModel(DensityModel):
         # traces (a MAF (5): 2,486 to 2,066, its first batch 0.2 s sooner on 2 cores).
         y = self.context(y, training)
         u, log_det = x, 0.0
-        if y is None:
-            aligned = contextlib.nullcontext()
-        else:  # broadcast once here, not again in each network and its gradient
-            (u, y), aligned = broadcast_batch(x, y), rows_aligned()
+        aligned = contextlib.nullcontext()
+        if y is not None:  # broadcast once here, not again in each network and its gradient
+            u, y = broadcast_batch(x, y)
+            aligned = rows_aligned()
         with aligned:
             for bijector in self._bijectors():  # data side first
                 u, part = bijector.inverse_and_log_det(u, **tfp_maf.flow_kwargs(bijector, y, training))

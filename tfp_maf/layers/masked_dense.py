@@ -356,8 +356,9 @@ class MaskedDense(keras.layers.Layer):
     def call_in_order(self, inputs, order, addend=None):
         """`call` on inputs whose last axis holds this layer's input units in ``order``
         (None: their own order); returns ``(outputs, output_order)``, ``addend`` given in
-        `output_order` and of the outputs' shape. A MADE chains its layers this way, so that its hidden units go
-        from one blocked layer to the next without a gather (`block_layout.reorder`)."""
+        `output_order` and of the outputs' shape. A MADE chains its layers this way, so
+        that its hidden units go from one blocked layer to the next without a gather
+        (`block_layout.reorder`)."""
         outputs, bias, order = self.storage.matmul_in_order(inputs, order, self.bias)
         if addend is not None:
             # AddN, not `+`: in a MADE the two have one shape (it broadcasts x and y before
