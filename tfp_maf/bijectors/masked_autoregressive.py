@@ -38,8 +38,8 @@ def _affine_inverse(x, shift, log_scale):
     @tf.custom_gradient
     def inverse(x, shift, log_scale):
         # Divided by exp(alpha), not multiplied by exp(-alpha): TF's CPU graph optimiser
-        # fuses Neg and Exp into one `_UnaryOpsComposition`, about 30 times slower than
-        # the two at a batch of 100 rows (a tenth of a small MAF's train step).
+        # fuses Neg and Exp into one composed-unary-ops kernel, about 30 times slower
+        # than the two at a batch of 100 rows (a tenth of a small MAF's train step).
         scale = tf.exp(log_scale)
         u = (x - shift) / scale
 
