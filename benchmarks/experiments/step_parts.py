@@ -11,7 +11,8 @@ each one part longer than the last, on one batch of N(0, I) data:
   - ``+ update``: the whole step, the optimizer's update included.
 
 Ours (MAF (5), `compile_as_paper`'s Adam) runs its own train step for the last, as `fit`
-runs it, and the same forward pass and tape for the first two, with XLA
+runs it (its update masks the MADEs' gradients, then applies Adam), and the same forward
+pass and tape for the first two, with XLA
 (`compile_as_paper`'s default for long runs) and without. zuko's and nflows' MAF (the
 ``bench`` extra) run under `torch.compile` with PyTorch's fused Adam (`_torch_peers`),
 their forward under ``no_grad``. A part's time is the difference of two programs'.
