@@ -148,9 +148,9 @@ def reproduce(dataset: str, models, *, data_dir=None, conditional: bool = False,
 
     The runs share this process, and TensorFlow frees no XLA program before the process
     ends: each run trained with XLA (`compile_as_paper`'s default for long runs) leaves
-    its programs behind, about 40 MiB at the sizes `benchmarks/calls.py` measures and
-    more at larger ones. A call per dataset, each in a process of its own (as each
-    ``tfp-maf reproduce`` command is), keeps that to one table's runs.
+    its programs behind (about 40 MiB a model where `benchmarks/calls.py` measures it).
+    A call per dataset, each in a process of its own (as each ``tfp-maf reproduce``
+    command is), keeps that to one table's runs.
 
     ``learning_rate`` replaces the paper's step size: such rows are kept beside the
     paper-protocol rows of the same models (and their runs in directories of their own),
