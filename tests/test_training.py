@@ -189,7 +189,7 @@ def test_auto_xla_is_off_for_a_run_too_short_to_repay_compiling(rows, max_epochs
 
 
 # Elementwise ops of one input, whose chains TF's CPU graph optimiser (its arithmetic
-# optimiser) fuses into one `_UnaryOpsComposition`. At a batch of 100 rows that kernel takes
+# optimiser) fuses into one composed-unary-ops kernel. At a batch of 100 rows that kernel takes
 # about 70 us where Neg and Exp take 2 (2 cores): five of them were a tenth of a small MAF
 # (5)'s train step. Sampling keeps its chains (a Gumbel draw, a batch norm's [D] scale): one
 # per call, not per step.
