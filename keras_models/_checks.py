@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import operator
+import os
 import types
 from collections.abc import Mapping
 
@@ -13,7 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["batch_shape", "by_name", "check_count", "check_policy", "check_sample_y", "check_seed",
+__all__ = ["batch_shape", "by_name", "check_count", "check_policy", "check_sample_y", "check_save_path", "check_seed",
            "check_whole_executions", "check_x", "check_y", "check_data", "floatx_of", "unpack", "weights_kept"]
 
 
@@ -284,3 +285,20 @@ def check_policy(policy, owner: str) -> None:
         "dtype='float32' (or 'float64') to the model, or "
         "keras.mixed_precision.set_global_policy('float32')."
     )
+
+
+def check_save_path(model, filepath) -> None:
+    """Refuses a path to Keras' legacy HDF5 format (``.h5``, ``.hdf5``), before Keras
+    opens it for writing (which would empty a file already there).
+
+    That format stores a model's weights by their short names, layer by layer: the
+    kernels of one MADE are all ``kernel``, and h5py stops half-way with "name already
+    exists". Loading one could not rebuild the model either. A ``.keras`` file holds
+    everything the HDF5 file would have."""
+    path = os.fspath(filepath) if isinstance(filepath, (str, os.PathLike)) else None
+    if isinstance(path, str) and path.lower().endswith((".h5", ".hdf5")):
+        raise ValueError(
+            f"{model.name}: expected a path ending in .keras, got {path!r}: Keras' legacy HDF5 "
+            "format cannot hold a tfp-maf model (its layers hold several weights of one name). "
+            "Save it with model.save('model.keras'), its weights alone with "
+            "model.save_weights('model.weights.h5'), or serve it with model.export(directory).")

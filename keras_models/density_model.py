@@ -398,16 +398,9 @@ class DensityModel(KerasLoop):
         and calls every endpoint.
         """
         if format in ("onnx", "litert"):
-            from keras_models import portable
+            from keras_models.portable import export_portable
 
-            if input_signature is not None:
-                raise ValueError(f"{self.name}: export(format={format!r}) writes log_prob and "
-                                 "sample_from_noise, whose inputs are fixed; it takes no input_signature.")
-            if format == "onnx":
-                return portable.export_onnx(self, filepath, **kwargs)
-            if kwargs:
-                raise TypeError(f"{self.name}: export(format='litert') takes no {sorted(kwargs)}.")
-            return portable.export_litert(self, filepath)
+            return export_portable(self, filepath, format, input_signature, kwargs)
         if format != "tf_saved_model":
             return super().export(filepath, format=format, verbose=verbose,
                                   input_signature=input_signature, **kwargs)
@@ -416,6 +409,13 @@ class DensityModel(KerasLoop):
         from keras_models.export import export_saved_model
 
         export_saved_model(self, filepath, verbose=bool(verbose), input_signature=input_signature)
+
+    def save(self, filepath, *args, **kwargs):
+        """Keras' ``save``. Keras' legacy HDF5 format (a path ending ``.h5``), which
+        cannot hold these models, is refused before a file is opened
+        (`keras_models._checks.check_save_path`)."""
+        _checks.check_save_path(self, filepath)
+        return super().save(filepath, *args, **kwargs)
 
     def set_weights(self, weights):
         super().set_weights(weights)

@@ -35,7 +35,7 @@ import tensorflow as tf
 from keras_models._optional import require
 from keras_models.export import export_saved_model
 
-__all__ = ["ENDPOINTS", "FILES", "export_files", "export_litert", "export_onnx"]
+__all__ = ["ENDPOINTS", "FILES", "export_files", "export_litert", "export_onnx", "export_portable"]
 
 #: The signatures that leave TensorFlow.
 ENDPOINTS = ("log_prob", "sample_from_noise")
@@ -89,6 +89,20 @@ def export_files(model, directory: str, formats=("onnx", "litert")) -> dict:
                     _write_litert(loaded, path)
                 written[format][endpoints] = path
     return written
+
+
+def export_portable(model, path: str, format: str, input_signature, kwargs: dict) -> str:
+    """``model.export(path, format=format, input_signature=..., **kwargs)`` for
+    ``format`` ``"onnx"`` (`export_onnx`) or ``"litert"`` (`export_litert`); what the
+    format does not take is refused."""
+    if input_signature is not None:
+        raise ValueError(f"{model.name}: export(format={format!r}) writes log_prob and "
+                         "sample_from_noise, whose inputs are fixed; it takes no input_signature.")
+    if format == "onnx":
+        return export_onnx(model, path, **kwargs)
+    if kwargs:
+        raise TypeError(f"{model.name}: export(format='litert') takes no {sorted(kwargs)}.")
+    return export_litert(model, path)
 
 
 def export_onnx(model, path: str, endpoint: str = "log_prob", opset: int | None = None) -> str:

@@ -181,6 +181,26 @@ def test_keras_save_and_load_is_exact(name, tmp_path):
     assert type(loaded) is type(model)
 
 
+@pytest.mark.parametrize("suffix", [".h5", ".HDF5"])
+def test_the_legacy_hdf5_format_is_refused_before_a_file_is_touched(suffix, tmp_path):
+    # Keras' HDF5 writer names weights per layer by their short names: a MADE's kernels
+    # collide and h5py stops half-way, after emptying the file. The refusal comes first,
+    # from model.save and from a ModelCheckpoint alike, and names the formats that work.
+    x, _ = _data(False)
+    model = _small("maf5", False)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    model.fit(x, batch_size=50, epochs=1, verbose=0)
+    path = tmp_path / f"m{suffix}"
+    path.write_bytes(b"an earlier save")
+    with pytest.raises(ValueError, match=r"expected a path ending in \.keras.*model\.save_weights"):
+        model.save(path)
+    assert path.read_bytes() == b"an earlier save"
+    with pytest.raises(ValueError, match="legacy HDF5"):
+        model.fit(x, batch_size=50, epochs=1, verbose=0,
+                  callbacks=[keras.callbacks.ModelCheckpoint(str(tmp_path / "best.h5"))])
+    model.save(tmp_path / "m.keras")  # the format that holds it
+
+
 def test_batch_norm_statistics_come_from_the_training_set():
     x, _ = _data(False, n=500)
     model = km.MAF(2, hidden_units=[8], num_layers=2)
