@@ -14,8 +14,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["batch_shape", "by_name", "check_count", "check_policy", "check_sample_y", "check_save_path", "check_seed",
-           "check_whole_executions", "check_x", "check_y", "check_data", "floatx_of", "unpack", "weights_kept"]
+__all__ = ["batch_shape", "by_name", "check_compiled", "check_count", "check_data", "check_policy",
+           "check_sample_y", "check_save_path", "check_seed", "check_whole_executions", "check_x", "check_y",
+           "floatx_of", "unpack", "UNUSED_COMPILE_ARGUMENTS", "weights_kept"]
 
 
 def unpack(data):
@@ -302,3 +303,25 @@ def check_save_path(model, filepath) -> None:
             "format cannot hold a tfp-maf model (its layers hold several weights of one name). "
             "Save it with model.save('model.keras'), its weights alone with "
             "model.save_weights('model.weights.h5'), or serve it with model.export(directory).")
+
+
+#: What Keras' ``compile`` takes that a density model's steps never compute: its loss is
+#: its mean negative log-likelihood (plus ``model.losses``), reported as ``loss``.
+UNUSED_COMPILE_ARGUMENTS = ("loss", "loss_weights", "metrics", "weighted_metrics")
+
+
+def check_compiled(model) -> None:
+    """Refuses a model compiled with a ``loss`` or metrics (`UNUSED_COMPILE_ARGUMENTS`):
+    Keras takes them, and the steps would train and report the negative
+    log-likelihood without a word about them.
+
+    Checked where they would act (``fit``, ``evaluate``, the ``*_on_batch`` calls), not
+    in ``compile``: Keras does not compile a loaded model whose class overrides it."""
+    config = model.get_compile_config() or {}
+    unused = {key: config[key] for key in UNUSED_COMPILE_ARGUMENTS if config.get(key) is not None}
+    if unused:
+        raise ValueError(
+            f"{model.name} was compiled with {', '.join(f'{k}={v!r}' for k, v in unused.items())}, which it "
+            "would not compute: a density model's loss is its mean negative log-likelihood (plus "
+            "model.losses), reported as 'loss'. Compile it with an optimizer alone, e.g. "
+            "model.compile(optimizer='adam'); for other figures, call model.log_prob after training.")

@@ -24,11 +24,13 @@ import tensorflow as tf
 from keras_models import _checks
 from keras_models._checks import unpack
 from keras_models.batch_norm_statistics import (
+    MIN_WINDOW,
     BatchNormStatistics,
     EpochStatistics,
     ValidationWithStatistics,
     batch_norm_layers,
 )
+from keras_models.model_functions import model_function
 from keras_models.optimizers import FusedAdam
 from tfp_maf._platform.keras_steps import one_step_function
 from tfp_maf.layers import epoch_moments_kept, hold_kernel_masks, kernels_as_stored, mask_gradients
@@ -60,6 +62,7 @@ class KerasLoop(keras.Model):
         kwargs["callbacks"] = with_epoch_statistics(self, kwargs.get("callbacks"))
         kwargs = _checks.weights_kept(self, kwargs)
         _check_training_rows(self, kwargs)
+        _checks.check_compiled(self)
         # The steps keep the batch norms' epoch moments only for `EpochStatistics`: the
         # paper's pass sets the statistics without them (`make_train_function`).
         self._keeps_epoch_moments = _uses_epoch_statistics(kwargs["callbacks"])
@@ -67,9 +70,11 @@ class KerasLoop(keras.Model):
             return self._checked_call(super().fit, (), kwargs, ("steps_per_epoch", "validation_steps"))
         finally:
             self._keeps_epoch_moments = True
+            self.__dict__["_moments_by_batch"] = None  # fit's epochs reset the moments
 
     def evaluate(self, *args, **kwargs):
         kwargs = _checks.weights_kept(self, _checks.by_name(super().evaluate, args, kwargs))
+        _checks.check_compiled(self)
         return self._checked_call(super().evaluate, (), kwargs, ("steps",))
 
     def predict(self, *args, **kwargs):
@@ -79,6 +84,33 @@ class KerasLoop(keras.Model):
             _checks.check_data(self, super().predict, (), given)
             return np.zeros(tuple(x.shape[:-1]), self.compute_dtype)
         return self._checked_call(super().predict, (), given, ("steps",))
+
+    def train_on_batch(self, *args, **kwargs):
+        """Keras' ``train_on_batch``; after it every batch norm's statistics are the
+        moments of the rows it normalised in the calls since the last ``fit`` (or since
+        the first call), a minibatch's weight falling by ``e`` over each
+        `keras_models.batch_norm_statistics.MIN_WINDOW` calls after it, as ``fit`` keeps
+        them in an epoch: a loop of these calls leaves densities of the training data,
+        as ``fit`` does. Arguments are Keras'."""
+        given = _checks.weights_kept(self, _checks.by_name(super().train_on_batch, args, kwargs))
+        _checks.check_compiled(self)
+        if not self.__dict__.get("_moments_by_batch"):  # the first call since fit
+            layers = batch_norm_layers(self)
+            for layer in layers:
+                layer.reset_epoch_moments(MIN_WINDOW)
+            # One call stores them all: each layer's eager reads and writes would cost
+            # more than a small model's step (2 cores).
+            self.__dict__["_moments_by_batch"] = model_function(
+                self, "store the batch norms' epoch moments", None,
+                lambda: [layer.store_epoch_moments() for layer in layers])
+        result = self._checked_call(super().train_on_batch, (), given, ())
+        self.__dict__["_moments_by_batch"]()
+        return result
+
+    def test_on_batch(self, *args, **kwargs):
+        given = _checks.weights_kept(self, _checks.by_name(super().test_on_batch, args, kwargs))
+        _checks.check_compiled(self)
+        return self._checked_call(super().test_on_batch, (), given, ())
 
     def _checked_call(self, method, args, kwargs, step_counts):
         """Keras' ``method`` after the checks of `keras_models._checks`, with floatx the

@@ -181,6 +181,22 @@ def test_keras_save_and_load_is_exact(name, tmp_path):
     assert type(loaded) is type(model)
 
 
+@pytest.mark.parametrize("compiled", [dict(loss="mse"), dict(metrics=["mae"]), dict(loss_weights=[1.0]),
+                                      dict(weighted_metrics=["mae"])], ids=lambda d: next(iter(d)))
+def test_a_loss_or_metrics_compiled_in_are_refused_where_they_would_be_ignored(compiled):
+    # Keras takes them; the steps compute the negative log-likelihood alone.
+    x, _ = _data(False, n=100)
+    model = _small("maf5", False)
+    model.compile(optimizer="adam", **compiled)
+    for call in (lambda: model.fit(x, batch_size=50, verbose=0), lambda: model.evaluate(x, verbose=0),
+                 lambda: model.train_on_batch(x), lambda: model.test_on_batch(x)):
+        with pytest.raises(ValueError, match=f"compiled with {next(iter(compiled))}=.*optimizer alone"):
+            call()
+    model.compile(optimizer="adam")
+    model.fit(x, batch_size=50, verbose=0)
+    model.predict(x, verbose=0)
+
+
 @pytest.mark.parametrize("suffix", [".h5", ".HDF5"])
 def test_the_legacy_hdf5_format_is_refused_before_a_file_is_touched(suffix, tmp_path):
     # Keras' HDF5 writer names weights per layer by their short names: a MADE's kernels

@@ -35,7 +35,7 @@ def epoch_moments_kept(kept: bool = True):
     >>> bn = BatchNormState(2)
     >>> with epoch_moments_kept(False):
     ...     _ = bn(np.array([[0., 1.], [2., 5.]], np.float32), training=True)
-    >>> bn.store_epoch_moments()  # nothing was kept
+    >>> bool(bn.store_epoch_moments())  # nothing was kept
     False
     """
     token = _MOMENTS_KEPT.set(bool(kept))
@@ -154,14 +154,16 @@ class BatchNormState(keras.layers.Layer):
             raise ValueError(f"{self.name}: window must be None or > 0 minibatches, got {window!r}.")
         self._epoch.reset(1.0 if window is None else float(np.exp(-1.0 / window)))
 
-    def store_epoch_moments(self) -> bool:
+    def store_epoch_moments(self) -> tf.Tensor:
         """Sets ``mean`` and ``variance`` to those of the rows normalised in
         training since `reset_epoch_moments` (or since the layer was made),
-        weighted as `reset_epoch_moments` says.
+        weighted as `reset_epoch_moments` says. TF ops alone: it runs eagerly or
+        in a `tf.function` (one call can store every batch norm of a model).
 
         Returns:
-          True if they were set; False, leaving them as they were, if no row was
-          normalised or the moments are not finite (a diverged step).
+          A boolean scalar tensor: True if they were set; False, leaving them as
+          they were, if no row was normalised or the moments are not finite (a
+          diverged step).
 
         Example:
 
@@ -169,17 +171,16 @@ class BatchNormState(keras.layers.Layer):
         >>> bn = BatchNormState(1)
         >>> for batch in ([[0.], [2.]], [[4.], [6.]]):
         ...     _ = bn(np.array(batch, np.float32), training=True)
-        >>> bn.store_epoch_moments()
+        >>> bool(bn.store_epoch_moments())
         True
         >>> float(bn.mean.numpy()[0]), float(bn.variance.numpy()[0])  # of 0, 2, 4, 6
         (3.0, 5.0)
         """
         rows, mean, variance = self._epoch.result()
-        if rows == 0 or not (np.all(np.isfinite(mean)) and np.all(np.isfinite(variance))):
-            return False
-        self.mean.assign(mean)
-        self.variance.assign(np.maximum(variance, 0))
-        return True
+        valid = (rows > 0) & tf.reduce_all(tf.math.is_finite(mean)) & tf.reduce_all(tf.math.is_finite(variance))
+        self.mean.assign(tf.where(valid, mean, self.mean.value))
+        self.variance.assign(tf.where(valid, tf.maximum(variance, 0), self.variance.value))
+        return valid
 
     def set_statistics(self, mean, variance) -> None:
         """Sets the evaluation-time statistics (the training set's, in the paper).
@@ -267,7 +268,7 @@ class _EpochMoments:
         self.decay.assign(tf.constant(decay, self.decay.dtype))
 
     def result(self):
-        """``(rows, mean, variance)`` as NumPy values, the variance biased."""
-        rows = float(self.rows.numpy())
-        m2 = self.m2.numpy()
-        return rows, self.mean.numpy(), m2 / rows if rows else m2
+        """``(rows, mean, variance)`` as tensors, the variance biased (``m2`` where no
+        row came)."""
+        rows, m2 = self.rows.read_value(), self.m2.read_value()
+        return rows, self.mean.read_value(), tf.where(rows > 0, m2 / rows, m2)
