@@ -121,6 +121,11 @@ def test_the_cli_refuses_an_option_its_model_does_not_take(tmp_path):
         cli.main(["train", "--model", "made-mog", "--log-scale-bound", "5", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--hidden-units changes nothing in gaussian"):
         cli.main(["train", "--model", "gaussian", "--hidden-units", "8", "--out", str(tmp_path)])
+    # The Gaussian is fitted in closed form: no step size, batches or epochs.
+    for option in (["--learning-rate", "0.1"], ["--batch-size", "7"], ["--max-epochs", "3"], ["--patience", "2"],
+                   ["--max-minutes", "1"], ["--no-jit"]):
+        with pytest.raises(SystemExit, match=f"{option[0]} changes nothing in gaussian: it is fitted in closed form"):
+            cli.main(["train", "--model", "gaussian", *option, "--out", str(tmp_path)])
     assert not any(tmp_path.iterdir())  # refused before anything was written
 
 

@@ -63,10 +63,24 @@ PROTOCOL_HELP = ("paper (default): the paper's text and table of options; publis
                  "published with log-scale heads")
 
 
-def _check_model_options(args) -> None:
-    """Refuses a model option that ``--model`` does not take, rather than ignoring it."""
-    from keras_models.zoo import MODELS, model_keywords
+#: The training options' defaults (``train``'s parser and `_check_model_options` share them).
+BATCH_SIZE, MAX_EPOCHS, PATIENCE = 100, 1000, 30
 
+
+def _check_model_options(args) -> None:
+    """Refuses a model option that ``--model`` does not take, and a training option for a
+    model fitted in closed form, rather than ignoring it."""
+    from keras_models.zoo import MODELS, fitted_in_closed_form, model_keywords
+
+    if fitted_in_closed_form(args.model):
+        for option, given in (
+            ("--learning-rate", args.learning_rate is not None), ("--batch-size", args.batch_size != BATCH_SIZE),
+            ("--max-epochs", args.max_epochs != MAX_EPOCHS), ("--max-minutes", args.max_minutes is not None),
+            ("--patience", args.patience != PATIENCE), ("--no-jit", args.jit_compile is False),
+        ):
+            if given:
+                raise ValueError(f"{option} changes nothing in {args.model}: it is fitted in closed form, "
+                                 "with no steps, batches or epochs.")
     takes = model_keywords(args.model)
     for option, keyword, given in (
         ("--hidden-units", "hidden_units", args.hidden_units is not None),
@@ -291,12 +305,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="train without XLA (default: XLA unless the run is too short to repay "
                             "its compilation; keras_models.training.compile_as_paper)")
     train.add_argument("--protocol", choices=PROTOCOLS, default="paper", help=PROTOCOL_HELP)
-    train.add_argument("--batch-size", type=POSITIVE_INT, default=100, help="default: %(default)s, the paper's")
-    train.add_argument("--max-epochs", type=POSITIVE_INT, default=1000,
+    train.add_argument("--batch-size", type=POSITIVE_INT, default=BATCH_SIZE, help="default: %(default)s, the paper's")
+    train.add_argument("--max-epochs", type=POSITIVE_INT, default=MAX_EPOCHS,
                        help="epoch cap (default: %(default)s: early stopping decides)")
     train.add_argument("--max-minutes", type=POSITIVE, default=None,
                        help="time budget of this call; the same command again goes on (default: none)")
-    train.add_argument("--patience", type=COUNT, default=30,
+    train.add_argument("--patience", type=COUNT, default=PATIENCE,
                        help="epochs without a better validation loss before stopping (default: %(default)s, "
                             "the paper's)")
     train.add_argument("--seed", type=int, default=0,
@@ -329,7 +343,7 @@ def _parser() -> argparse.ArgumentParser:
                                 "runs/<dataset>[_conditional]); the same command again resumes from there")
     reproduce.add_argument("--max-minutes", type=POSITIVE, default=None,
                            help="budget per training run in this call; the same command again goes on")
-    reproduce.add_argument("--max-epochs", type=POSITIVE_INT, default=1000,
+    reproduce.add_argument("--max-epochs", type=POSITIVE_INT, default=MAX_EPOCHS,
                            help="epoch cap per training run (default 1000: early stopping decides)")
     reproduce.add_argument("--seed", type=int, default=0, help="default: %(default)s")
     reproduce.add_argument("--protocol", choices=PROTOCOLS, default="paper", help=PROTOCOL_HELP)

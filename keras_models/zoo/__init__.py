@@ -86,7 +86,8 @@ from keras_models.zoo.autoregressive import MADE, MAF, NSF, MADEMoG, MAFMoG
 from keras_models.zoo.gaussian import Gaussian
 from keras_models.zoo.real_nvp import RealNVP
 
-__all__ = ["MADE", "MAF", "MODELS", "NSF", "Gaussian", "MADEMoG", "MAFMoG", "RealNVP", "build", "model_keywords"]
+__all__ = ["MADE", "MAF", "MODELS", "NSF", "Gaussian", "MADEMoG", "MAFMoG", "RealNVP", "build", "fitted_in_closed_form",
+           "model_keywords"]
 
 MODELS = {
     "gaussian": (Gaussian, {}),
@@ -152,6 +153,16 @@ def model_keywords(name: str) -> tuple[str, ...]:
     (True, False)
     """
     return keywords(_model_class(name)[0])
+
+
+def fitted_in_closed_form(name: str) -> bool:
+    """Whether the model ``name`` is fitted in closed form (`Gaussian`): no step size,
+    batches or epochs apply to it.
+
+    >>> fitted_in_closed_form("gaussian"), fitted_in_closed_form("maf5")
+    (True, False)
+    """
+    return issubclass(_model_class(name)[0], Gaussian)
 
 
 def _model_class(name: str):
