@@ -351,3 +351,18 @@ def test_the_cli_says_in_one_line_what_it_cannot_write_and_nothing_of_tensorflow
     missing = tmp_path / "none"
     expected = f"tfp-maf: no trained model at {missing / 'model.keras'}; run `tfp-maf train --out {missing}` first.\n"
     assert done.returncode == 1 and done.stderr == expected, done.stderr
+
+
+def test_the_cli_piped_into_a_reader_that_leaves_ends_quietly(tmp_path):
+    # `tfp-maf sample -n 20000 | head`: the reader closes the pipe; the command ends as
+    # Unix filters do (128 + SIGPIPE), with no traceback.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    command = [sys.executable, "-m", "tfp_maf_cli"]
+    subprocess.run([*command, "train", "--model", "gaussian", "--quiet", "--out", str(tmp_path)],
+                   env=env, check=True, capture_output=True, timeout=300)
+    process = subprocess.Popen([*command, "sample", "--out", str(tmp_path), "-n", "20000"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.read(10).startswith(b"{")
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=300) == 141 and "Traceback" not in stderr, stderr

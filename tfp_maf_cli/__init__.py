@@ -427,6 +427,13 @@ def main(argv=None) -> int:
         # Bad input, a missing extra, a file that cannot be read or written: the message says
         # what and where; a traceback adds nothing.
         raise SystemExit(f"tfp-maf: {err}") from err
-    json.dump(result, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    try:
+        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader left (``| head``): the rest goes nowhere, as for any Unix filter,
+        # and Python's flush at exit would fail once more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # the shell's code for a pipe closed under a writer (128 + SIGPIPE)
     return 0
