@@ -29,8 +29,8 @@ from keras_models.batch_norm_statistics import (
     EpochStatistics,
     ValidationWithStatistics,
     batch_norm_layers,
+    store_epoch_moments,
 )
-from keras_models.model_functions import model_function
 from keras_models.optimizers import FusedAdam
 from tfp_maf._platform.keras_steps import one_step_function
 from tfp_maf.layers import epoch_moments_kept, hold_kernel_masks, kernels_as_stored, mask_gradients
@@ -70,7 +70,7 @@ class KerasLoop(keras.Model):
             return self._checked_call(super().fit, (), kwargs, ("steps_per_epoch", "validation_steps"))
         finally:
             self._keeps_epoch_moments = True
-            self.__dict__["_moments_by_batch"] = None  # fit's epochs reset the moments
+            self.__dict__["_moments_by_batch"] = False  # fit's epochs reset the moments
 
     def evaluate(self, *args, **kwargs):
         kwargs = _checks.weights_kept(self, _checks.by_name(super().evaluate, args, kwargs))
@@ -95,16 +95,11 @@ class KerasLoop(keras.Model):
         given = _checks.weights_kept(self, _checks.by_name(super().train_on_batch, args, kwargs))
         _checks.check_compiled(self)
         if not self.__dict__.get("_moments_by_batch"):  # the first call since fit
-            layers = batch_norm_layers(self)
-            for layer in layers:
+            for layer in batch_norm_layers(self):
                 layer.reset_epoch_moments(MIN_WINDOW)
-            # One call stores them all: each layer's eager reads and writes would cost
-            # more than a small model's step (2 cores).
-            self.__dict__["_moments_by_batch"] = model_function(
-                self, "store the batch norms' epoch moments", None,
-                lambda: [layer.store_epoch_moments() for layer in layers])
+            self.__dict__["_moments_by_batch"] = True
         result = self._checked_call(super().train_on_batch, (), given, ())
-        self.__dict__["_moments_by_batch"]()
+        store_epoch_moments(self)
         return result
 
     def test_on_batch(self, *args, **kwargs):
