@@ -199,9 +199,13 @@ def test_sample_weights_weight_the_loss(conditional):
         else:  # the batch norms' statistics are those of the 40 rows
             train_mode = model.log_prob(x, y, training=True).numpy()
             np.testing.assert_allclose(history["loss"][0], -np.mean(train_mode[:10]), rtol=1e-5)
+    # The on-batch calls weigh alike.
+    np.testing.assert_allclose(model.test_on_batch(*data, sample_weight=weights), weighted_nll(), rtol=1e-5)
     if not conditional:
         with pytest.raises(ValueError, match="unconditional: class_weight weighs rows by their class"):
             model.fit(x, sample_weight=weights, class_weight={0: 1.0}, epochs=1, verbose=0)
+        with pytest.raises(ValueError, match="unconditional: class_weight weighs rows by their class"):
+            model.train_on_batch(x, class_weight={0: 1.0})  # Keras' own: an IndexError
 
 
 @pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
