@@ -308,7 +308,10 @@ def _check_training_rows(model, given: dict) -> None:
     norms: in training a batch norm normalises a batch by its own variance, and one row
     has none (0): the row's loss is off by tens of nats, and its step is noise (torch's
     batch norm refuses such a batch too). A `tf.data` pipeline is its maker's
-    (`keras_models.data.make_pipelines` leaves such a row out)."""
+    (`keras_models.data.make_pipelines` leaves such a row out), but one that was never
+    batched, whose elements are single rows ``[D]`` that Keras takes each as a batch,
+    is refused: one row a step, each normalised by its own variance."""
+    _check_batched(model, given.get("x"))
     x = _rows_input(given.get("x"))
     if not hasattr(x, "shape") or len(x.shape) < 2 or x.shape[0] is None or given.get("steps_per_epoch"):
         return
@@ -323,6 +326,21 @@ def _check_training_rows(model, given: dict) -> None:
             "batch norms would normalise by the variance of one row (0): its loss would be off by tens of "
             "nats and its step noise. Pass a batch_size that leaves no single row"
             f"{'' if other is None else f' (e.g. {other})'}, or drop a row.")
+
+
+def _check_batched(model, dataset) -> None:
+    """Refuses a `tf.data.Dataset` of training rows whose elements are single rows (its
+    ``x`` of shape ``[D]``): ``from_tensor_slices(x)`` without ``.batch(...)``."""
+    if not isinstance(dataset, tf.data.Dataset):
+        return
+    x, _, _ = unpack(dataset.element_spec)
+    shape = getattr(x, "shape", None)
+    if shape is not None and shape.rank == 1:
+        raise ValueError(
+            f"{model.name}: fit got a tf.data.Dataset whose elements are single rows (x of shape "
+            f"{shape.as_list()}); Keras would take each as a batch of one row, one step each"
+            f"{', which the batch norms would normalise by its own variance (0)' if batch_norm_layers(model) else ''}. "
+            "Batch it: dataset.batch(100).")
 
 
 def _listed(callbacks) -> list:

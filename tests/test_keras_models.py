@@ -280,6 +280,22 @@ def test_a_large_eager_sample_from_noise_goes_in_parts(monkeypatch, name, y_rows
     assert mapped == [(20, 7)]
 
 
+@pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
+def test_a_dataset_never_batched_is_refused_by_fit(conditional):
+    # from_tensor_slices(x) without .batch(): Keras took each row as a batch, and a MAF's
+    # loss went to -38 nats while evaluate gave 7.7e8. Scoring it row by row is right.
+    x, y = _data(conditional, n=60)
+    rows = tf.data.Dataset.from_tensor_slices((x, y) if conditional else x)
+    for name, expected in (("maf5", "normalise by its own variance"), ("made", r"one step each\. Batch it")):
+        model = _small(name, conditional)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3))
+        with pytest.raises(ValueError, match=r"elements are single rows \(x of shape \[2\]\).*" + expected):
+            model.fit(rows, epochs=1, verbose=0)
+        log_prob = model.log_prob(x, y).numpy()
+        np.testing.assert_allclose(model.predict(rows, verbose=0), log_prob, rtol=1e-5, atol=1e-5)
+        model.fit(rows.batch(20), epochs=1, verbose=0)
+
+
 def test_a_batch_of_one_row_is_refused_where_batch_norms_would_normalise_it():
     # In training a batch norm divides by its batch's own spread, which one row has not:
     # the row's loss was off by about 30 nats a layer. Arrays leaving such a batch are
