@@ -335,7 +335,7 @@ def _check_batched(model, dataset) -> None:
         return
     x, _, _ = unpack(dataset.element_spec)
     shape = getattr(x, "shape", None)
-    if shape is not None and shape.rank == 1:
+    if shape is not None and shape.rank == 1 and shape[0] == model.event_size:  # else the width check says
         raise ValueError(
             f"{model.name}: fit got a tf.data.Dataset whose elements are single rows (x of shape "
             f"{shape.as_list()}); Keras would take each as a batch of one row, one step each"
