@@ -94,6 +94,12 @@ class KerasLoop(keras.Model):
         as ``fit`` does. Arguments are Keras'."""
         given = _checks.weights_kept(self, _checks.by_name(super().train_on_batch, args, kwargs))
         _checks.check_compiled(self)
+        x = _rows_input(given.get("x"))
+        if hasattr(x, "shape") and len(x.shape) > 1 and x.shape[0] == 1 and batch_norm_layers(self):
+            raise ValueError(  # as fit refuses batches of one row (`_check_training_rows`)
+                f"{self.name}: train_on_batch got one row, which its batch norms would normalise by the "
+                "variance of one row (0): its loss would be off by tens of nats and its step noise. "
+                "Pass a batch of at least two rows.")
         if not self.__dict__.get("_moments_by_batch"):  # the first call since fit
             for layer in batch_norm_layers(self):
                 layer.reset_epoch_moments(MIN_WINDOW)

@@ -156,6 +156,9 @@ def test_a_train_on_batch_loop_leaves_densities_within_half_a_nat_of_the_exact_p
     loss = model.test_on_batch(x_test)
     np.testing.assert_allclose(-loss, np.mean(model.log_prob(x_test)), rtol=1e-5)
     assert abs(_exact_gap(model, x_train, x_test)) < 0.5
+    # One row would be normalised by its own variance (0), as fit refuses it.
+    with pytest.raises(ValueError, match="train_on_batch got one row"):
+        model.train_on_batch(x_train[:1])
     # A fit in between starts the moments again; the calls after it go on storing them.
     model.fit(x_train, batch_size=100, epochs=1, verbose=0)
     model.train_on_batch(x_train[:100])
