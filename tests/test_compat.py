@@ -120,8 +120,15 @@ def test_keras_tracks_sublayers_where_our_walk_looks():
 
 _SNAPSHOT = textwrap.dedent(
     """
-    import inspect, json, sys
+    import importlib.util, inspect, json, sys
     import keras, tensorflow as tf, tensorflow_probability as tfp
+
+    # The compat module alone (it imports nothing of tfp-maf), to read TF's and TFP's
+    # state before tfp-maf is imported. Importing tfp-maf runs it again: whatever it
+    # changed at import, made anew, would differ from the first snapshot.
+    spec = importlib.util.spec_from_file_location("compat_alone", sys.argv[1])
+    compat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compat)
 
     def classes():
         spaces = [tf, tfp.bijectors, tfp.distributions, tfp.math, keras, keras.layers, keras.optimizers,
@@ -134,12 +141,10 @@ _SNAPSHOT = textwrap.dedent(
         return out
 
     def snapshot():
-        from tensorflow.python.framework import ops  # the test may read what the product may not
-        from tensorflow_probability.python.internal import cache_util  # noqa: F401
-        cache = tfp.bijectors.Bijector.__dict__["_cache"]
+        storage = compat.bijector_cache_storage()
         return {
-            "bijector_cache_storage": [type(cache.storage).__name__, id(cache.storage)],
-            "gradient_registry": sorted(ops._gradient_registry._registry),
+            "bijector_cache_storage": [type(storage).__name__, id(storage)],
+            "gradient_registry": sorted(compat.gradient_registry()),
             "class_attributes": {name: {k: id(v) for k, v in vars(cls).items()}
                                  for name, cls in sorted(classes().items())},
         }
@@ -157,7 +162,8 @@ _SNAPSHOT = textwrap.dedent(
 
 
 def test_importing_tfp_maf_changes_nothing_of_tf_tfp_or_keras():
-    out = subprocess.run([sys.executable, "-c", _SNAPSHOT], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", _SNAPSHOT, _compat.__file__], capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["changed"] == {"bijector_cache_storage": False, "gradient_registry": False,
@@ -172,13 +178,12 @@ _WITHOUT_CACHE_UTIL = textwrap.dedent(
     import json, sys
     import numpy as np
     import tensorflow_probability as tfp
-    import tensorflow_probability.python.experimental  # noqa: F401 (TFP loads lazily: load it all now)
-    tfp.bijectors.Chain, tfp.distributions.Normal
+    tfp.experimental, tfp.bijectors.Chain, tfp.distributions.Normal  # TFP loads lazily: load it all now
     # TFP's own modules hold cache_util already; from here on it cannot be imported,
-    # as on a TFP release without it.
-    import tensorflow_probability.python.internal as internal
-    vars(internal).pop("cache_util", None)
-    sys.modules["tensorflow_probability.python.internal.cache_util"] = None
+    # as on a TFP release without it (its module's name: the compat entry's, argv[1]).
+    package, _, name = sys.argv[1].rpartition(".")
+    vars(sys.modules[package]).pop(name, None)
+    sys.modules[sys.argv[1]] = None
     import keras_models as km
     from tfp_maf._platform import compat as _compat
     from tfp_maf._platform.bijector_cache import greedy_graph_only_cache
@@ -197,8 +202,8 @@ _WITHOUT_CACHE_UTIL = textwrap.dedent(
 
 
 def test_without_tfp_cache_util_the_flows_fall_back_to_tfps_cache_with_the_same_densities():
-    out = subprocess.run([sys.executable, "-c", _WITHOUT_CACHE_UTIL], capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([sys.executable, "-c", _WITHOUT_CACHE_UTIL, _compat.CACHE_UTIL_MODULE],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     fallback = json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -337,3 +342,11 @@ def test_op_determinism_can_be_turned_off_again():
     finally:
         assert _compat.disable_op_determinism()
     assert _compat.op_determinism_enabled() is False
+
+
+def test_the_xla_attribute_and_tfps_cache_storage_are_where_the_entries_read_them():
+    compiled = tf.function(lambda x: x + 1.0, jit_compile=True).get_concrete_function(tf.TensorSpec([], tf.float32))
+    plain = tf.function(lambda x: x + 1.0).get_concrete_function(tf.TensorSpec([], tf.float32))
+    assert compiled.function_def.attr[_compat.XLA_MUST_COMPILE_ATTRIBUTE].b
+    assert not plain.function_def.attr[_compat.XLA_MUST_COMPILE_ATTRIBUTE].b
+    assert _compat.bijector_cache_storage() is not None

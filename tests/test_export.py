@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import keras_models as km
+from tfp_maf._platform.compat import XLA_MUST_COMPILE_ATTRIBUTE
 from tfp_maf.testing import randomize_weights
 
 D, K = 3, 2
@@ -225,4 +226,4 @@ def test_the_saved_model_holds_no_xla_program(exported, which):
     with open(f"{exported[which][1]}/saved_model.pb", "rb") as f:
         saved.ParseFromString(f.read())
     functions = saved.meta_graphs[0].graph_def.library.function
-    assert functions and not [f.signature.name for f in functions if f.attr["_XlaMustCompile"].b]
+    assert functions and not [f.signature.name for f in functions if f.attr[XLA_MUST_COMPILE_ATTRIBUTE].b]

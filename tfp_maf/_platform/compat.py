@@ -31,7 +31,10 @@ __all__ = [
     "GRAPH_LOCAL",
     "GraphLocalChain",
     "NonCompositeChain",
+    "CACHE_UTIL_MODULE",
+    "XLA_MUST_COMPILE_ATTRIBUTE",
     "adam_slots",
+    "bijector_cache_storage",
     "cache_util",
     "disable_op_determinism",
     "gradient_registry",
@@ -56,6 +59,7 @@ __all__ = [
 # public cache API.
 # Fallback (None): TFP's default cache; `log_prob` then runs each network twice, and a
 # model's traced graphs are kept by TFP's process-wide cache after the model is deleted.
+CACHE_UTIL_MODULE = "tensorflow_probability.python.internal.cache_util"  # (the tests block it)
 try:
     from tensorflow_probability.python.internal import cache_util
 
@@ -118,6 +122,19 @@ def gradient_registry() -> dict | None:
         return None
     registry = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
     return registry if isinstance(registry, dict) else None
+
+
+# -- TFP: the process-wide storage of its bijector cache ---------------------------
+# Why: tfp-maf leaves TFP's own bijector cache as it found it (its chains keep their
+# entries graph-local, above); `tests/test_compat.py` checks that importing tfp-maf does,
+# and TFP exposes the cache only as the class attribute ``Bijector._cache``. For test
+# processes; tfp-maf never calls this. Verified: TFP 0.25.0. Fallback (None): nothing to
+# compare.
+
+
+def bijector_cache_storage():
+    """The storage of TFP's process-wide bijector cache, or None."""
+    return getattr(vars(tfb.Bijector).get("_cache"), "storage", None)
 
 
 # -- TF: turning op determinism off again, and reading it --------------------------
@@ -217,6 +234,15 @@ def tf_serving_xla_switch() -> tuple[str, str] | None:
     except (OSError, AttributeError):
         return None
     return path, _DISABLE_XLA_SYMBOL
+
+
+# -- TF: the function attribute that says XLA must compile it ------------------------
+# Why: a `tf.function(jit_compile=True)` is saved with this attribute in its FunctionDef,
+# and TF Serving, which turns XLA off, fails on such a function's first call. The tests
+# read our SavedModels' graphs for it; no public API names it. Verified: TensorFlow
+# 2.20.0 and 2.21.0. Fallback: none (a name; `tests/test_compat.py` checks that a
+# function compiled so carries it, so a rename fails there, not silently).
+XLA_MUST_COMPILE_ATTRIBUTE = "_XlaMustCompile"
 
 
 # -- Keras: the layout of weights files and the names of optimizer slots ------------
