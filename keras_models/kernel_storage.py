@@ -43,7 +43,7 @@ from tfp_maf._platform.compat import (
     write_optimizer_arrays,
 )
 from tfp_maf._platform.layer_tracking import sublayers
-from tfp_maf.layers.block_layout import BlockLayout, auto_blocks
+from tfp_maf.layers.block_layout import AUTO_RULE, BlockLayout, auto_blocks, auto_rule
 from tfp_maf.layers.masked_dense import MaskedDense
 
 __all__ = ["matching_weights", "optimizer_arrays", "weights_list"]
@@ -73,7 +73,8 @@ def _split(dense, layout) -> list:
 def _other_storages(model) -> tuple:
     """The model's `MaskedDense` layers, and ``{id(layer): layout or None}`` for each
     storage other than the model's that a saved list may come from: all dense, "auto"
-    as a CPU chooses it, and the same block count in every layer."""
+    as a CPU chooses it (by either rule, `tfp_maf.layers.block_layout.AUTO_RULE`), and the
+    same block count in every layer."""
     layers = [layer for layer in sublayers(model, include_self=False) if isinstance(layer, MaskedDense)]
 
     def layout(layer, blocks):
@@ -82,7 +83,10 @@ def _other_storages(model) -> tuple:
     def shapes(storage):
         return tuple(tuple(_stored_shapes(storage[id(layer)], layer.mask)) for layer in layers)
 
-    candidates = [{id(layer): layout(layer, auto_blocks(layer.mask.shape, "cpu")) for layer in layers}]
+    candidates = []
+    for rule in (AUTO_RULE, 1):  # "auto" on a CPU, as now and as in 0.4.0 and before
+        with auto_rule(rule):
+            candidates.append({id(layer): layout(layer, auto_blocks(layer.mask.shape, "cpu")) for layer in layers})
     candidates += [{id(layer): layout(layer, blocks) for layer in layers} for blocks in range(1, 9)]
     out, seen = [], {shapes({id(layer): layer.layout for layer in layers})}
     for storage in candidates:

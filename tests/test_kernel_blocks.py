@@ -9,7 +9,9 @@ and a run's best weights from a file of any storage, and training step by step; 
 
 from __future__ import annotations
 
+import json
 import warnings
+import zipfile
 
 import keras
 import numpy as np
@@ -20,7 +22,7 @@ import keras_models
 from keras_models import kernel_storage
 from tfp_maf import MADENetwork, MaskedDense, devices, sampling
 from tfp_maf.layers import sublayers
-from tfp_maf.layers.block_layout import BlockLayout, auto_blocks, reorder
+from tfp_maf.layers.block_layout import AUTO_RULE, BlockLayout, auto_blocks, auto_rule, reorder
 from tfp_maf.testing import randomize_weights
 
 D = 6
@@ -107,11 +109,75 @@ def test_a_mask_whose_supports_are_not_nested_has_no_layout():
 def test_auto_blocks_the_paper_sized_mnist_made_and_not_the_small_ones():
     big = MADENetwork(784, [1024], seed=0)
     assert all(layer.layout is not None for layer in [*big.hidden_layers, big.output_layer])
-    assert big.output_layer.layout.stored < 0.7 * big.output_layer.mask.size
+    assert big.output_layer.layout.stored < 0.75 * big.output_layer.mask.size  # 4 blocks: 70%
     small = MADENetwork(43, [512, 512], seed=0)
     assert all(layer.layout is None for layer in [*small.hidden_layers, small.output_layer])
     with pytest.raises(ValueError, match="kernel_blocks"):
         MADENetwork(3, [8], kernel_blocks=0)
+
+
+def test_auto_blocks_by_the_kernels_size():
+    """benchmarks/block_sizes.py: 512 x 512 (2^18 entries) runs slower in any blocks; MNIST
+    MAF (5)'s layers (2^19 to 2^22) fastest in 4; MADE MoG's output layer (24M) in 8."""
+    assert auto_blocks((512, 512), "cpu") == auto_blocks((43, 512), "cpu") == 1
+    assert auto_blocks((784, 1024), "cpu") == auto_blocks((1024, 1568), "cpu") == 4
+    assert auto_blocks((1024, 4096), "cpu") == auto_blocks((1024, 23520), "cpu") == 8
+    assert auto_blocks((4096, 256), "cpu") == 2  # no block narrower than 128 units
+    mog = MADENetwork(784, [1024], num_components=2, seed=0)
+    assert [layer.blocks for layer in [*mog.hidden_layers, mog.output_layer]] == [4, 8]
+
+
+def _storage(model):
+    return [layer.blocks for layer in _dense_layers(model)]
+
+
+def test_a_config_saved_before_the_rule_was_recorded_loads_with_the_storage_it_chose():
+    """Rule 1, 0.4.0's, stored MNIST-sized kernels in 8 blocks: a config without
+    ``kernel_blocks_rule`` is rebuilt so, which its saved optimizer state fits."""
+    with auto_rule(1):
+        assert auto_blocks((784, 1024), "cpu") == 8
+        old = keras_models.MADE(784, hidden_units=[1024], seed=0, kernel_blocks_device="cpu")
+    config = old.get_config()
+    assert config["kernel_blocks_rule"] == 1
+    del config["kernel_blocks_rule"]
+    assert _storage(keras_models.MADE.from_config(config)) == _storage(old) == [8, 8]
+    new = keras_models.MADE(784, hidden_units=[1024], seed=0, kernel_blocks_device="cpu")
+    assert new.get_config()["kernel_blocks_rule"] == AUTO_RULE == 2
+    assert _storage(keras_models.MADE.from_config(new.get_config())) == _storage(new) == [4, 4]
+    network = MADENetwork(784, [1024], seed=0, kernel_blocks_device="cpu")
+    legacy = {k: v for k, v in network.get_config().items() if k != "kernel_blocks_rule"}
+    assert [layer.blocks for layer in MADENetwork.from_config(legacy).hidden_layers] == [8]
+    with pytest.raises(ValueError, match="kernel_blocks_rule"):
+        MADENetwork.from_config({**network.get_config(), "kernel_blocks_rule": 3})
+
+
+def _without_rule(source, target):
+    """A copy of the ``.keras`` file ``source`` whose config has no ``kernel_blocks_rule``."""
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        for item in old.infolist():
+            data = old.read(item.filename)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                del config["config"]["kernel_blocks_rule"]
+                data = json.dumps(config).encode()
+            new.writestr(item, data)
+    return target
+
+
+def test_a_keras_file_of_the_old_rule_resumes_with_its_adam_state(tmp_path):
+    x = np.random.default_rng(0).normal(size=(64, 784)).astype(np.float32)
+    with auto_rule(1):
+        model = keras_models.MADE(784, hidden_units=[1024], seed=0, kernel_blocks_device="cpu")
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    _fit(model, x, 2)
+    model.save(tmp_path / "saved.keras")
+    path = _without_rule(tmp_path / "saved.keras", tmp_path / "old.keras")  # as 0.4.0 wrote it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Keras warns where it skips the optimizer's state
+        loaded = keras.saving.load_model(path)
+    assert _storage(loaded) == [8, 8] and int(loaded.optimizer.iterations.numpy()) == 2
+    for a, b in zip(_dense_moments(loaded, "_momentums"), _dense_moments(model, "_momentums"), strict=True):
+        np.testing.assert_allclose(a, b)
 
 
 def test_auto_keeps_every_kernel_dense_on_a_gpu(monkeypatch):
@@ -278,6 +344,27 @@ def test_training_steps_are_the_same_and_adam_resumes_across_storages(saved, loa
     np.testing.assert_allclose(target.log_prob(x), source.log_prob(x), rtol=3e-3)
     for layer in _dense_layers(target):
         np.testing.assert_array_equal(layer.masked_kernel().numpy() * (1 - layer.mask), 0)
+
+
+def test_a_weights_file_of_the_old_rule_loads_with_adam_state_into_the_new_one(tmp_path):
+    """A BSDS300-sized MADE: rule 1 stored its 1,024 x 1,024 kernel in 8 blocks and the
+    others dense, rule 2 in 4: a mix of block counts that only the old rule gives."""
+    x = np.random.default_rng(0).normal(size=(64, 63)).astype(np.float32)
+    with auto_rule(1):
+        source = keras_models.MADE(63, hidden_units=[1024, 1024], seed=0, kernel_blocks_device="cpu")
+    target = keras_models.MADE(63, hidden_units=[1024, 1024], seed=0, kernel_blocks_device="cpu")
+    assert _storage(source) == [1, 8, 1] and _storage(target) == [1, 4, 1]
+    source.compile(optimizer=keras.optimizers.Adam(1e-3))
+    _fit(source, x, 2)
+    source.save_weights(tmp_path / "run.weights.h5")
+    target.compile(optimizer=keras.optimizers.Adam(1e-3))
+    target.optimizer.build(target.trainable_variables)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # Keras' "Skipping variable loading for optimizer"
+        target.load_weights(tmp_path / "run.weights.h5")
+    assert int(target.optimizer.iterations.numpy()) == 2
+    for a, b in zip(_dense_moments(source, "_velocities"), _dense_moments(target, "_velocities"), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_the_made_mog_and_conditional_models_train_blocked():

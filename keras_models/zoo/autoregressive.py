@@ -15,6 +15,7 @@ from keras_models.zoo.base import FlowModel, regularizer
 from tfp_maf.arguments import check_bool, check_bound, check_int
 from tfp_maf.devices import check_device_kind
 from tfp_maf.layers import check_conditional_input_layers, check_scale_parameterization
+from tfp_maf.layers.block_layout import auto_rule, current_rule
 from tfp_maf.splines import num_spline_params
 
 __all__ = ["MADE", "MAF", "NSF", "MADEFlow", "MADEMoG", "MADEStack", "MAFMoG", "MixtureBase"]
@@ -48,6 +49,7 @@ class MADEFlow(FlowModel):
         self.hidden_degrees = hidden_degrees
         self.kernel_blocks = kernel_blocks
         self.kernel_blocks_device = check_device_kind(kernel_blocks_device)
+        self._auto_rule = current_rule()  # the rule its MADEs' "auto" follows, for the config
         self.initialization = initialization
         self.conditional_input_layers = check_conditional_input_layers(conditional_input_layers)
         self.scale_parameterization = check_scale_parameterization(scale_parameterization)
@@ -68,10 +70,20 @@ class MADEFlow(FlowModel):
         config.update(
             activation=self.activation, hidden_degrees=self.hidden_degrees,
             kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
+            kernel_blocks_rule=self._auto_rule,
             initialization=self.initialization, conditional_input_layers=self.conditional_input_layers,
             scale_parameterization=self.scale_parameterization,
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        # A saved model's MADEs are rebuilt with the storage they were saved with, so its
+        # optimizer state loads: a config without a rule chose by rule 1
+        # (`tfp_maf.layers.block_layout.AUTO_RULE`).
+        config = dict(config)
+        with auto_rule(config.pop("kernel_blocks_rule", 1)):
+            return super().from_config(config)
 
 
 def _orders(num_layers):

@@ -40,6 +40,8 @@ True
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 
 import numpy as np
@@ -47,30 +49,73 @@ import tensorflow as tf
 
 from tfp_maf.devices import check_device_kind
 
-__all__ = ["BlockLayout", "auto_blocks", "reorder", "staircase"]
+__all__ = ["AUTO_RULE", "BlockLayout", "auto_blocks", "auto_rule", "current_rule", "reorder", "staircase"]
 
-# On a CPU, "auto" blocks kernels of at least AUTO_MIN_ENTRIES entries, in at most
-# AUTO_BLOCKS groups of at least MIN_BLOCK_UNITS units (benchmarks/block_sizes.py:
-# smaller blocks cost more in matmul calls than their zeros save).
-AUTO_MIN_ENTRIES, AUTO_BLOCKS, MIN_BLOCK_UNITS = 2**19, 8, 128
+# On a CPU, "auto" blocks kernels of at least AUTO_MIN_ENTRIES entries in AUTO_BLOCKS
+# groups, and those of at least AUTO_LARGE_ENTRIES in AUTO_LARGE_BLOCKS, each group of at
+# least MIN_BLOCK_UNITS units (benchmarks/block_sizes.py, AMD EPYC: config A's 512 x 512
+# ran slower in any blocks; MNIST MAF (5)'s 784 x 1,024 and 1,024 x 1,568 trained 1.11x as
+# fast in 4 blocks as in 8, with about 80 MiB less at the peak of a run; MADE MoG's
+# 1,024 x 23,520 output layer gains from 8).
+AUTO_MIN_ENTRIES, AUTO_BLOCKS = 2**19, 4
+AUTO_LARGE_ENTRIES, AUTO_LARGE_BLOCKS = 2**22, 8
+MIN_BLOCK_UNITS = 128
+
+#: The rule "auto" follows. Rule 1 (0.4.0 and before) stored every kernel of at least
+#: AUTO_MIN_ENTRIES in 8 blocks; rule 2 is the one above. A model records its rule in
+#: its config, and a config without one is rule 1, so that a saved file loads with the
+#: storage its optimizer state was saved for (`auto_rule`).
+AUTO_RULE = 2
+_RULE = contextvars.ContextVar("tfp_maf_auto_blocks_rule", default=AUTO_RULE)
+
+
+@contextlib.contextmanager
+def auto_rule(rule: int):
+    """Within it, `auto_blocks` follows ``rule`` (1 or 2; see `AUTO_RULE`): what a model's
+    ``from_config`` sets while it rebuilds a saved model.
+
+    >>> with auto_rule(1):
+    ...     auto_blocks((784, 1024), "cpu")
+    8
+    """
+    if rule not in (1, 2):
+        raise ValueError(f"kernel_blocks_rule must be 1 or 2, got {rule!r}.")
+    token = _RULE.set(rule)
+    try:
+        yield
+    finally:
+        _RULE.reset(token)
+
+
+def current_rule() -> int:
+    """The rule `auto_blocks` follows here (`auto_rule`)."""
+    return _RULE.get()
 
 
 def auto_blocks(shape, device: str | None = None) -> int:
     """The column groups ``kernel_blocks="auto"`` stores a ``[fan_in, units]`` kernel in
-    on a ``device`` kind, ``"cpu"`` or ``"gpu"`` (None: the kind TensorFlow runs on here).
+    on a ``device`` kind, ``"cpu"`` or ``"gpu"`` (None: the kind TensorFlow runs on here),
+    under the rule in force (`auto_rule`).
 
     A GPU keeps every kernel dense: the blocks were measured on 2-core CPUs, where a
     matmul's time follows its multiply-adds; on a GPU each block is one more kernel
     launch for work the dense matmul does in parallel anyway.
 
-    >>> auto_blocks((784, 1024), "cpu"), auto_blocks((784, 1024), "gpu"), auto_blocks((43, 512), "cpu")
-    (8, 1, 1)
+    >>> auto_blocks((784, 1024), "cpu"), auto_blocks((1024, 23520), "cpu")
+    (4, 8)
+    >>> auto_blocks((784, 1024), "gpu"), auto_blocks((43, 512), "cpu")
+    (1, 1)
     """
     device = check_device_kind(device)
     fan_in, units = shape
-    if device == "gpu" or fan_in * units < AUTO_MIN_ENTRIES:
+    entries = fan_in * units
+    if device == "gpu" or entries < AUTO_MIN_ENTRIES:
         return 1
-    return max(1, min(AUTO_BLOCKS, units // MIN_BLOCK_UNITS))
+    if entries >= AUTO_LARGE_ENTRIES or _RULE.get() == 1:
+        blocks = AUTO_LARGE_BLOCKS
+    else:
+        blocks = AUTO_BLOCKS
+    return max(1, min(blocks, units // MIN_BLOCK_UNITS))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

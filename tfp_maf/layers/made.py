@@ -44,7 +44,7 @@ from tfp_maf import _checks, masks
 from tfp_maf.arguments import check_int, check_ints
 from tfp_maf.devices import check_device_kind
 from tfp_maf.layers._seeds import seeded
-from tfp_maf.layers.block_layout import auto_blocks, reorder
+from tfp_maf.layers.block_layout import auto_blocks, auto_rule, current_rule, reorder
 from tfp_maf.layers.masked_dense import MaskedDense, apply_masks
 from tfp_maf.math import broadcast_batch, rows_are_aligned
 
@@ -116,8 +116,10 @@ class MADENetwork(keras.layers.Layer):
         the same.
       kernel_blocks_device: the device kind ``"auto"`` chooses for, ``"cpu"`` or
         ``"gpu"``; None (the default): the kind TensorFlow places ops on in the
-        current process. The config records the kind, so a saved network loads with
-        the storage it was saved with, on any machine (its optimizer state fits it).
+        current process. The config records the kind, and the rule ``"auto"`` followed
+        (``kernel_blocks_rule``, `tfp_maf.layers.block_layout.AUTO_RULE`), so a saved
+        network loads with the storage it was saved with, on any machine and in later
+        releases (its optimizer state fits it).
       params: None, or ``P``: the open head, ``P`` unconstrained outputs per variable
         returned as one tensor ``[..., D, P]`` (for conditionals of other families:
         `tfp_maf.MaskedRationalQuadraticSpline` reads ``3 K - 1`` of them). Its output kernel starts at
@@ -238,6 +240,7 @@ class MADENetwork(keras.layers.Layer):
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.kernel_blocks = kernel_blocks if kernel_blocks == "auto" else check_int(kernel_blocks, "kernel_blocks")
         self.kernel_blocks_device = check_device_kind(kernel_blocks_device)
+        self._auto_rule = current_rule()  # recorded in the config (`block_layout.auto_rule`)
 
         D = self.event_size
         self.permutation = masks.order_permutation(D, order, seed)
@@ -410,7 +413,16 @@ class MADENetwork(keras.layers.Layer):
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
             kernel_blocks=self.kernel_blocks,
             kernel_blocks_device=self.kernel_blocks_device,
+            kernel_blocks_rule=self._auto_rule,
             params=self.params,
             scale_parameterization=self.scale_parameterization,
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        # The rule "auto" chose this network's storage by: a config without one chose
+        # by rule 1 (`tfp_maf.layers.block_layout.AUTO_RULE`).
+        config = dict(config)
+        with auto_rule(config.pop("kernel_blocks_rule", 1)):
+            return super().from_config(config)
