@@ -14,11 +14,13 @@ rounds, in ms per step.
     (10 components: an output layer of 1,024 x 23,520) at batch 100;
   - config A of `speed.py`: D 43, 2 x 512 units, batch 100 and 1,000.
 
-"auto" (`MADENetwork`) blocks a layer of at least 2^19 kernel entries in at most 8
-blocks of at least 128 units: the MNIST layers in 8, config A's (512 x 512, 2^18) dense.
+"auto" (`MADENetwork`, `tfp_maf.layers.block_layout.auto_blocks`) blocks a layer of at
+least 2^19 kernel entries in 4 blocks, and one of at least 2^22 in 8, each of at least 128
+units: MNIST MAF (5)'s layers in 4, MADE MoG's hidden layer in 4 and its output layer in 8,
+config A's (512 x 512, 2^18) dense. ``--blocks auto`` times that choice beside the others.
 
     python benchmarks/block_sizes.py
-    python benchmarks/block_sizes.py --rounds 3 --blocks 1 8   # a smoke run
+    python benchmarks/block_sizes.py --rounds 3 --blocks 1 8 auto   # a smoke run
 
 Writes benchmarks/results/block_sizes/<machine kind>.json and .md (`_common.report`).
 """
@@ -53,7 +55,8 @@ def _stored_share(model) -> float:
 
 
 def _model(name, D, hidden, blocks):
-    """MAF (5), or MADE MoG for a case so named, compiled as the paper trains it."""
+    """MAF (5), or MADE MoG for a case so named, compiled as the paper trains it; ``blocks``
+    an int or ``"auto"``."""
     if "MADE MoG" in name:
         model = km.MADEMoG(D, hidden_units=hidden, num_components=10, seed=0, kernel_blocks=blocks)
         return training.compile_as_paper(model, "made_mog")
@@ -93,13 +96,19 @@ def markdown(result) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _blocks(text: str):
+    return text if text == "auto" else int(text)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--blocks", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--blocks", type=_blocks, nargs="+", default=[1, 2, 4, 8, 16, "auto"],
+                        help="block counts, or auto (the default's choice per layer)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default=None, help="the .json to write (default: see above)")
     args = parser.parse_args(argv)
-    blocks = sorted(set(args.blocks) | {1})  # dense is the reference
+    # Dense, the reference, first; "auto" last.
+    blocks = sorted(set(args.blocks) | {1}, key=lambda g: (g == "auto", 0 if g == "auto" else g))
     cases = []
     for name, D, hidden, batch, steps in CASES:
         # A process per case: TF keeps what every model traced, and the five MADE MoGs
