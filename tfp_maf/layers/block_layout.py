@@ -54,7 +54,7 @@ __all__ = ["AUTO_RULE", "BlockLayout", "auto_blocks", "auto_rule", "current_rule
 # On a CPU, "auto" blocks kernels of at least AUTO_MIN_ENTRIES entries in AUTO_BLOCKS
 # groups, and those of at least AUTO_LARGE_ENTRIES in AUTO_LARGE_BLOCKS, each group of at
 # least MIN_BLOCK_UNITS units (benchmarks/block_sizes.py, AMD EPYC: config A's 512 x 512
-# ran slower in any blocks; MNIST MAF (5)'s 784 x 1,024 and 1,024 x 1,568 trained 1.11x as
+# ran slower in any blocks; MNIST MAF (5)'s 784 x 1,024 and 1,024 x 1,568 trained 1.09x as
 # fast in 4 blocks as in 8, with about 80 MiB less at the peak of a run; MADE MoG's
 # 1,024 x 23,520 output layer gains from 8).
 AUTO_MIN_ENTRIES, AUTO_BLOCKS = 2**19, 4
