@@ -316,22 +316,28 @@ def _dense_moments(model, slots):
             for layer in _dense_layers(model)]
 
 
+def _resume(source, target, x, path, learning_rate):
+    """Two Adam steps of ``source`` on ``x``, its weights file at ``path`` loaded into
+    ``target`` (compiled alike) with Adam's state: Keras' "Skipping variable loading for
+    optimizer" warning fails it."""
+    source.compile(optimizer=keras.optimizers.Adam(learning_rate))
+    _fit(source, x, 2)
+    source.save_weights(path)
+    target.compile(optimizer=keras.optimizers.Adam(learning_rate))
+    target.optimizer.build(target.trainable_variables)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        target.load_weights(path)
+    assert int(target.optimizer.iterations.numpy()) == 2
+
+
 @pytest.mark.parametrize("saved, loaded", [(1, 3), (3, 1), (2, 3)])
 def test_training_steps_are_the_same_and_adam_resumes_across_storages(saved, loaded, tmp_path):
     """A run saved with its kernels in one storage (dense, as "auto" chooses on a GPU)
     resumes in another with Adam's state, and both take the same steps from there."""
     x = _data()
-    source = _model(saved)
-    source.compile(optimizer=keras.optimizers.Adam(1e-2))
-    _fit(source, x, 2)
-    source.save_weights(tmp_path / "run.weights.h5")
-    target = _model(loaded)
-    target.compile(optimizer=keras.optimizers.Adam(1e-2))
-    target.optimizer.build(target.trainable_variables)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # Keras' "Skipping variable loading for optimizer"
-        target.load_weights(tmp_path / "run.weights.h5")
-    assert int(target.optimizer.iterations.numpy()) == 2
+    source, target = _model(saved), _model(loaded)
+    _resume(source, target, x, tmp_path / "run.weights.h5", learning_rate=1e-2)
     np.testing.assert_allclose(target.log_prob(x), source.log_prob(x), rtol=1e-5)
     # Adam's moments are the source's, kernel by kernel.
     for slots in ("_momentums", "_velocities"):
@@ -354,15 +360,7 @@ def test_a_weights_file_of_the_old_rule_loads_with_adam_state_into_the_new_one(t
         source = keras_models.MADE(63, hidden_units=[1024, 1024], seed=0, kernel_blocks_device="cpu")
     target = keras_models.MADE(63, hidden_units=[1024, 1024], seed=0, kernel_blocks_device="cpu")
     assert _storage(source) == [1, 8, 1] and _storage(target) == [1, 4, 1]
-    source.compile(optimizer=keras.optimizers.Adam(1e-3))
-    _fit(source, x, 2)
-    source.save_weights(tmp_path / "run.weights.h5")
-    target.compile(optimizer=keras.optimizers.Adam(1e-3))
-    target.optimizer.build(target.trainable_variables)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # Keras' "Skipping variable loading for optimizer"
-        target.load_weights(tmp_path / "run.weights.h5")
-    assert int(target.optimizer.iterations.numpy()) == 2
+    _resume(source, target, x, tmp_path / "run.weights.h5", learning_rate=1e-3)
     for a, b in zip(_dense_moments(source, "_velocities"), _dense_moments(target, "_velocities"), strict=True):
         np.testing.assert_array_equal(a, b)
 
