@@ -21,6 +21,7 @@ import tensorflow as tf
 import keras_models
 from keras_models import kernel_storage
 from tfp_maf import MADENetwork, MaskedDense, devices, sampling
+from tfp_maf._platform.compat import adam_slots
 from tfp_maf.layers import sublayers
 from tfp_maf.layers.block_layout import AUTO_RULE, BlockLayout, auto_blocks, auto_rule, reorder
 from tfp_maf.testing import randomize_weights
@@ -176,7 +177,7 @@ def test_a_keras_file_of_the_old_rule_resumes_with_its_adam_state(tmp_path):
         warnings.simplefilter("error")  # Keras warns where it skips the optimizer's state
         loaded = keras.saving.load_model(path)
     assert _storage(loaded) == [8, 8] and int(loaded.optimizer.iterations.numpy()) == 2
-    for a, b in zip(_dense_moments(loaded, "_momentums"), _dense_moments(model, "_momentums"), strict=True):
+    for a, b in zip(_dense_moments(loaded, "momentum"), _dense_moments(model, "momentum"), strict=True):
         np.testing.assert_allclose(a, b)
 
 
@@ -310,7 +311,8 @@ def _fit(model, x, steps):
 
 def _dense_moments(model, slots):
     """Adam's ``slots`` of each MADE kernel, merged dense."""
-    by_variable = dict(zip(map(id, model.trainable_variables), getattr(model.optimizer, slots), strict=True))
+    index = {"momentum": 0, "velocity": 1}[slots]  # read through the compat module's accessor
+    by_variable = {id(v): adam_slots(model.optimizer, v)[index] for v in model.trainable_variables}
     return [by_variable[id(layer.kernel)].numpy() if layer.layout is None else
             layer.layout.merge([None if k is None else by_variable[id(k)].numpy() for k in layer.kernel_blocks])
             for layer in _dense_layers(model)]
@@ -340,7 +342,7 @@ def test_training_steps_are_the_same_and_adam_resumes_across_storages(saved, loa
     _resume(source, target, x, tmp_path / "run.weights.h5", learning_rate=1e-2)
     np.testing.assert_allclose(target.log_prob(x), source.log_prob(x), rtol=1e-5)
     # Adam's moments are the source's, kernel by kernel.
-    for slots in ("_momentums", "_velocities"):
+    for slots in ("momentum", "velocity"):
         for a, b in zip(_dense_moments(source, slots), _dense_moments(target, slots), strict=True):
             np.testing.assert_array_equal(a, b)
     # From there both take the same steps (up to the order of float sums, which Adam's
@@ -361,7 +363,7 @@ def test_a_weights_file_of_the_old_rule_loads_with_adam_state_into_the_new_one(t
     target = keras_models.MADE(63, hidden_units=[1024, 1024], seed=0, kernel_blocks_device="cpu")
     assert _storage(source) == [1, 8, 1] and _storage(target) == [1, 4, 1]
     _resume(source, target, x, tmp_path / "run.weights.h5", learning_rate=1e-3)
-    for a, b in zip(_dense_moments(source, "_velocities"), _dense_moments(target, "_velocities"), strict=True):
+    for a, b in zip(_dense_moments(source, "velocity"), _dense_moments(target, "velocity"), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
