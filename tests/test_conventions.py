@@ -12,6 +12,7 @@ two checks, bijective-and-finite and log-dets against autodiff, which
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -361,6 +362,30 @@ def test_cli_help_imports_no_tensorflow_and_is_silent():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: tfp-maf train") and done.stderr == ""
+
+
+def test_cli_refuses_another_keras_backend(tmp_path):
+    """A ``KERAS_BACKEND`` it cannot run on is refused, not ignored, before anything is written."""
+    done = subprocess.run([sys.executable, "-m", "tfp_maf_cli", "train", "--out", str(tmp_path / "run")],
+                          env={**os.environ, "KERAS_BACKEND": "jax"}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "KERAS_BACKEND is 'jax'" in done.stderr and "tensorflow" in done.stderr, done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_runs_on_tensorflow_whatever_keras_json_says(tmp_path):
+    """``keras.json``'s backend is a default for a user's own programs: the command, which has
+    no other backend than TensorFlow's, sets its own (JAX is not installed for the tests, so
+    Keras would fail to import under it)."""
+    (tmp_path / "keras.json").write_text(json.dumps({"backend": "jax", "floatx": "float32", "epsilon": 1e-7,
+                                                     "image_data_format": "channels_last"}))
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    probe = ("import tfp_maf_cli\ntfp_maf_cli._use_tensorflow_backend()\n"
+             "import keras, keras_models\nprint(keras.config.backend())\n")
+    done = subprocess.run([sys.executable, "-c", probe], env={**env, "KERAS_HOME": str(tmp_path)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "tensorflow"
 
 
 def test_importing_keras_models_is_enough_to_load_a_saved_model(tmp_path):

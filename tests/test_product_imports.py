@@ -1,9 +1,12 @@
-"""The product is Keras 3 only and never uses TFP's tf_keras-based layers."""
+"""The product is Keras 3 only, on its TensorFlow backend, and never uses TFP's
+tf_keras-based layers."""
 
 from __future__ import annotations
 
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -22,3 +25,16 @@ def test_no_tf_keras_in_product(package):
         if FORBIDDEN.search(line)
     ]
     assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.parametrize("package", ["tfp_maf", "keras_models"])
+def test_importing_under_another_keras_backend_refuses_and_names_the_fix(package):
+    """Under JAX or PyTorch a layer built, then failed deep inside a call or a ``fit``. The
+    backend is faked here (neither is installed for the tests): importing the package must
+    ask Keras which backend it runs on, and refuse before defining a layer."""
+    probe = (f"import keras\nkeras.config.backend = lambda: 'jax'\n"
+             f"try:\n    import {package}\nexcept ImportError as err:\n    print(err)\n"
+             "else:\n    print('imported')\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Keras is set to 'jax'" in done.stdout and "KERAS_BACKEND=tensorflow" in done.stdout, done.stdout

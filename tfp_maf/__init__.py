@@ -57,6 +57,7 @@ In training, the batch norm normalises with the minibatch's statistics: pass
 """
 
 from tfp_maf import (
+    _keras_backend,  # noqa: F401  first: it refuses a Keras backend other than TensorFlow's
     arguments,
     bijectors,
     devices,
