@@ -161,6 +161,30 @@ def test_every_keras_input_form_of_a_conditional_model():
     np.testing.assert_allclose(model.predict(ds, verbose=0), model.log_prob(x, y), rtol=1e-5)
 
 
+@pytest.mark.parametrize("conditional", [False, True], ids=["unconditional", "conditional"])
+def test_everything_runs_under_tf_functions_run_eagerly(conditional):
+    """``tf.config.run_functions_eagerly(True)``, how a user steps through TF code in a
+    debugger: an eager ``log_prob`` called the model's traced function of itself, which
+    then ran eagerly and called it again, until Python's recursion limit."""
+    x, y = _data(conditional, n=60)
+    args = (x,) if y is None else (x, y)
+    model = _model("maf5", conditional)
+    expected = model.distribution(None if y is None else y).log_prob(x).numpy()
+    tf.config.run_functions_eagerly(True)
+    try:
+        np.testing.assert_allclose(model.log_prob(*args), expected, rtol=1e-5)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3))
+        model.fit(*args, batch_size=20, epochs=1, verbose=0)
+        log_p = model.log_prob(*args).numpy()
+        np.testing.assert_allclose(model.evaluate(*args, batch_size=20, verbose=0), -np.mean(log_p), rtol=1e-5)
+        np.testing.assert_allclose(model.predict(args if y is not None else x, batch_size=20, verbose=0), log_p,
+                                   rtol=1e-5)
+        assert model.sample(3, None if y is None else y[0], seed=1).shape == [3, D]
+        assert model.sample_from_noise(x[:3], None if y is None else y[:3]).shape == [3, D]
+    finally:
+        tf.config.run_functions_eagerly(False)
+
+
 @pytest.mark.parametrize("name", CLASSES)
 def test_log_prob_takes_any_batch_rank_in_any_order(name):
     # One traced function per rank of x: a relaxed rank (NSF's splines) once broke the
