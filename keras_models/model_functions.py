@@ -70,12 +70,8 @@ def traced_log_prob(model, x, y) -> tf.Tensor:
     """``model.log_prob(x, y)`` of checked inputs by the model's one traced function of
     it (per rank of ``x`` and ``y``). The test and predict steps, the validation of the
     batch-norm statistics pass and the user's eager calls share its trace (each trace
-    costs about 0.2 s for a MAF (5), 2 cores).
-
-    It traces the model's ``_log_prob``, not ``log_prob``: under
-    ``tf.config.run_functions_eagerly(True)`` the function runs eagerly, and an eager
-    ``log_prob`` would call this again, without end."""
-    return model_function(model, "log_prob", y, lambda x, y: model._log_prob(x, y, False), x=x)(x, y)
+    costs about 0.2 s for a MAF (5), 2 cores)."""
+    return model_function(model, "log_prob", y, model.log_prob, x=x)(x, y)
 
 
 def in_parts(fn, x, y, batch, rows: int) -> tf.Tensor:
