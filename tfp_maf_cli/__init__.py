@@ -408,12 +408,12 @@ def _import_tensorflow_quietly() -> None:
         os.close(devnull)
 
 
-def _use_tensorflow_backend(environ=os.environ) -> None:
+def _use_tensorflow_backend() -> None:
     """Sets Keras' backend for this process to TensorFlow's, the one tfp-maf runs on
     (`tfp_maf._keras_backend`), before Keras is imported: ``keras.json``'s choice is a
     default for a user's own programs, and this command has no other. A ``KERAS_BACKEND``
     set to another backend is refused rather than ignored."""
-    backend = environ.setdefault("KERAS_BACKEND", "tensorflow")
+    backend = os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     if backend != "tensorflow":
         raise SystemExit(
             f"tfp-maf: runs on Keras' TensorFlow backend; KERAS_BACKEND is {backend!r}. "
