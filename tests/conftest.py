@@ -14,9 +14,11 @@ from tfp_maf import (  # noqa: E402
     AffineCoupling,
     CouplingNetworks,
     ExpGammaBatchNorm,
+    LogTails,
     MADENetwork,
     MaskedAutoregressive,
     MaskedRationalQuadraticSpline,
+    Standardize,
     coupling_partition,
 )
 from tfp_maf.testing import randomize_weights  # noqa: E402
@@ -81,10 +83,18 @@ def make_bijector(
             variance=rng.uniform(0.5, 2.0, size=event_size).astype(np_dtype),
             name=f"batch_norm_{seed}",
         )
+    if kind == "standardize":
+        rng = np.random.RandomState(seed)
+        return Standardize(rng.normal(size=event_size).astype(np_dtype) * 100,
+                           rng.uniform(0.01, 50.0, size=event_size).astype(np_dtype), name=f"standardize_{seed}")
+    if kind == "log_tails":  # a threshold the test data cross, both ways
+        return LogTails(0.7, name=f"log_tails_{seed}")
     raise ValueError(kind)
 
 
 BIJECTOR_KINDS = ["maf", "spline", "coupling_even", "coupling_odd", "batch_norm"]
+#: The fixed elementwise parts of the zoo's flows: the contract's checks, not the networks'.
+FIXED_KINDS = ["standardize", "log_tails"]
 CONDITIONAL_KINDS = ["maf", "spline", "coupling_even", "coupling_odd"]
 
 

@@ -9,6 +9,7 @@ import tensorflow_probability as tfp
 from conftest import (
     BIJECTOR_KINDS,
     CONDITIONAL_KINDS,
+    FIXED_KINDS,
     GRADIENT_PLACES,
     TOL,
     make_bijector,
@@ -31,7 +32,8 @@ def _data(dtype, shape, seed):
     return tf.constant(np.random.RandomState(seed).normal(size=shape), dtype=dtype)
 
 
-CASES = [(kind, None) for kind in BIJECTOR_KINDS] + [(kind, 3) for kind in CONDITIONAL_KINDS]
+CASES = ([(kind, None) for kind in BIJECTOR_KINDS + FIXED_KINDS]
+         + [(kind, 3) for kind in CONDITIONAL_KINDS])
 
 
 def _case(kind, conditional_dims, dtype, seed):

@@ -71,8 +71,10 @@ from tfp_maf import (
 from tfp_maf.bijectors import (
     AffineCoupling,
     ExpGammaBatchNorm,
+    LogTails,
     MaskedAutoregressive,
     MaskedRationalQuadraticSpline,
+    Standardize,
     batch_moments,
     coupling_partition,
 )
@@ -83,6 +85,7 @@ from tfp_maf.layers import (
     CouplingNetworks,
     MADENetwork,
     MaskedDense,
+    Standardization,
     apply_masks,
 )
 
@@ -93,11 +96,14 @@ __all__ = [
     "BatchNormState",
     "CouplingNetworks",
     "ExpGammaBatchNorm",
+    "LogTails",
     "MADEMoG",
     "MADENetwork",
     "MaskedAutoregressive",
     "MaskedDense",
     "MaskedRationalQuadraticSpline",
+    "Standardization",
+    "Standardize",
     "apply_masks",
     "arguments",
     "batch_moments",

@@ -10,6 +10,8 @@ back (the forward direction, what ``sample`` uses), with ``forward_min_event_ndi
 | `MaskedRationalQuadraticSpline` | one MADE pass | exact, sequential (about one pass) |
 | `AffineCoupling` | one pass of two networks | one pass of two networks |
 | `ExpGammaBatchNorm` | elementwise | elementwise |
+| `Standardize` | elementwise, fixed | elementwise, fixed |
+| `LogTails` | elementwise, fixed | elementwise, fixed |
 
 `coupling_partition` gives a coupling layer's copied and transformed indices, and
 `batch_moments` the minibatch statistics the batch norm uses in training.
@@ -35,16 +37,20 @@ from tfp_maf._platform.bijector_cache import GraphLocalChain
 from tfp_maf.bijectors.affine_coupling import AffineCoupling, coupling_partition
 from tfp_maf.bijectors.exp_gamma_batch_norm import ExpGammaBatchNorm, batch_moments
 from tfp_maf.bijectors.fused import FusedBijector
+from tfp_maf.bijectors.log_tails import LogTails
 from tfp_maf.bijectors.masked_autoregressive import MaskedAutoregressive
 from tfp_maf.bijectors.masked_spline import MaskedRationalQuadraticSpline
+from tfp_maf.bijectors.standardize import Standardize
 
 __all__ = [
     "AffineCoupling",
     "ExpGammaBatchNorm",
     "FusedBijector",
     "GraphLocalChain",
+    "LogTails",
     "MaskedAutoregressive",
     "MaskedRationalQuadraticSpline",
+    "Standardize",
     "batch_moments",
     "coupling_partition",
 ]

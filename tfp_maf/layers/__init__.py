@@ -5,6 +5,7 @@
 | `MADENetwork` (built of `MaskedDense` layers) | a MADE | `tfp_maf.MaskedAutoregressive`, `tfp_maf.MADEMoG` |
 | `CouplingNetworks` | a coupling layer's scale and shift networks | `tfp_maf.AffineCoupling` |
 | `BatchNormState` | a batch norm | `tfp_maf.ExpGammaBatchNorm` (`BatchNormState.bijector`) |
+| `Standardization` | a flow's column statistics | `tfp_maf.Standardize` (`Standardization.bijector`) |
 
 Each creates its weights in ``__init__`` (the sizes are known), saves and loads with
 Keras (``.keras``, ``.weights.h5``) and may sit in any Keras model.
@@ -42,6 +43,7 @@ from tfp_maf.layers.made import (
     check_scale_parameterization,
 )
 from tfp_maf.layers.masked_dense import BlockedKernel, DenseKernel, MaskedDense, apply_masks
+from tfp_maf.layers.standardization import Standardization
 
 __all__ = [
     "CONDITIONAL_INPUT_LAYERS",
@@ -53,6 +55,7 @@ __all__ = [
     "DenseKernel",
     "MADENetwork",
     "MaskedDense",
+    "Standardization",
     "apply_masks",
     "auto_blocks",
     "check_conditional_input_layers",
