@@ -10,18 +10,20 @@ import tensorflow_probability as tfp
 
 from tfp_maf import _checks, sampling
 from tfp_maf._platform.layer_tracking import LayerVariables
+from tfp_maf.arguments import check_bound
+from tfp_maf.math import soft_bound
 
 tfd = tfp.distributions
 
 __all__ = ["MADEMoG"]
 
 
-def _mixture_step(params, t, noise, num_components):
+def _mixture_step(params, t, noise, num_components, log_scale_bound=None):
     """One step of sampling the variable of degree t + 1: pick a component with the
     Gumbel noise, then draw from it. ``params`` [3C, B]: logits, locs, log-scales."""
     normal_rows, gumbel_rows = noise
     C = num_components
-    logits, loc, log_scale = params[:C], params[C : 2 * C], params[2 * C :]
+    logits, loc, log_scale = params[:C], params[C : 2 * C], soft_bound(params[2 * C :], log_scale_bound)
     pick = tf.one_hot(tf.argmax(tf.transpose(logits) + gumbel_rows[t], axis=-1), C, dtype=params.dtype)
     pick = tf.transpose(pick)
     mean = tf.reduce_sum(pick * loc, axis=0)
@@ -50,6 +52,9 @@ class MADEMoG(LayerVariables, tfd.Distribution):
       event_size: ``D``; read from ``made`` when it is a MADE.
       conditional_input: ``y`` bound to the distribution, p(x | y): used by
         every call that passes none (a tensor, a NumPy array or a list).
+      log_scale_bound: None (the paper: ``a_ic`` unbounded) or ``B``: bounds every
+        component's log-scale softly to ``+-B`` (`tfp_maf.math.soft_bound`), so that
+        a row far from the data scores finite.
       validate_args: TFP's flag; enables runtime checks.
       allow_nan_stats: TFP's flag.
       name: the distribution's name.
@@ -104,11 +109,13 @@ class MADEMoG(LayerVariables, tfd.Distribution):
         made,
         event_size: int | None = None,
         conditional_input=None,
+        log_scale_bound: float | None = None,
         validate_args: bool = False,
         allow_nan_stats: bool = True,
         name: str = "MADEMoG",
     ):
         parameters = dict(locals())
+        self._log_scale_bound = check_bound(log_scale_bound, "log_scale_bound")
         event_size = event_size or getattr(made, "event_size", None)
         if event_size is None:
             raise ValueError("MADEMoG needs event_size when made is not a tfp_maf.MADENetwork.")
@@ -184,7 +191,7 @@ class MADEMoG(LayerVariables, tfd.Distribution):
         else:
             logits, loc, log_scale = self._made(x, conditional_input=conditional_input)
         self._retrack_layers()
-        return logits, loc, log_scale
+        return logits, loc, soft_bound(log_scale, self._log_scale_bound)
 
     def _log_prob(self, x, conditional_input=None):
         conditional_input = self._given(conditional_input)
@@ -279,6 +286,7 @@ class MADEMoG(LayerVariables, tfd.Distribution):
         (see `tfp_maf.sampling`)."""
         C = self._made.num_components
         # `normal` [*shape, D] and `gumbel` [*shape, D, C] have the full batch shape.
-        emit = functools.partial(_mixture_step, num_components=C)
-        x, _ = sampling.sample_sequentially(self._made, emit, (normal, gumbel), conditional_input, key=("mixture", C))
+        emit = functools.partial(_mixture_step, num_components=C, log_scale_bound=self._log_scale_bound)
+        x, _ = sampling.sample_sequentially(self._made, emit, (normal, gumbel), conditional_input,
+                                            key=("mixture", C, self._log_scale_bound))
         return tf.reshape(x, shape)
