@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import warnings
 
 import keras
 import numpy as np
@@ -32,12 +33,13 @@ from keras_models.batch_norm_statistics import (
     store_epoch_moments,
 )
 from keras_models.optimizers import FusedAdam
+from keras_models.training_data import check_training_data
 from tfp_maf._platform.keras_steps import one_step_function
 from tfp_maf.layers import epoch_moments_kept, hold_kernel_masks, kernels_as_stored, mask_gradients
 from tfp_maf.layers.gradient_masks import KernelMask
 from tfp_maf.tracing import custom_gradients_released, mark_traced_on_purpose
 
-__all__ = ["KerasLoop", "with_epoch_statistics"]
+__all__ = ["KerasLoop", "NonFiniteGuard", "NonFiniteLossWarning", "with_epoch_statistics", "with_nonfinite_guard"]
 
 
 class KerasLoop(keras.Model):
@@ -63,9 +65,15 @@ class KerasLoop(keras.Model):
         kwargs = _checks.weights_kept(self, kwargs)
         _check_training_rows(self, kwargs)
         _checks.check_compiled(self)
+        # The data at the door: refused with the reason before a step can ruin the weights,
+        # and the flows' standardisation statistics from the same pass (the first fit).
+        _checks.check_data(self, super().fit, (), kwargs)
+        self._prepare_for_training(check_training_data(self, kwargs, stream=self._needs_statistics))
+        kwargs["callbacks"] = with_nonfinite_guard(self, kwargs["callbacks"])
         # The steps keep the batch norms' epoch moments only for `EpochStatistics`: the
         # paper's pass sets the statistics without them (`make_train_function`).
         self._keeps_epoch_moments = _uses_epoch_statistics(kwargs["callbacks"])
+        _nonfinite_step(self).assign(-1)
         try:
             return self._checked_call(super().fit, (), kwargs, ("steps_per_epoch", "validation_steps"))
         finally:
@@ -91,7 +99,9 @@ class KerasLoop(keras.Model):
         the first call), a minibatch's weight falling by ``e`` over each
         `keras_models.batch_norm_statistics.MIN_WINDOW` calls after it, as ``fit`` keeps
         them in an epoch: a loop of these calls leaves densities of the training data,
-        as ``fit`` does. Arguments are Keras'."""
+        as ``fit`` does. A flow that standardises its columns and has no statistics yet
+        takes them from the first call's batch (`keras_models.zoo.base.FlowModel.adapt`
+        takes them from more rows). Arguments are Keras'."""
         given = _checks.weights_kept(self, _checks.by_name(super().train_on_batch, args, kwargs))
         _checks.check_compiled(self)
         x = _rows_input(given.get("x"))
@@ -100,6 +110,8 @@ class KerasLoop(keras.Model):
                 f"{self.name}: train_on_batch got one row, which its batch norms would normalise by the "
                 "variance of one row (0): its loss would be off by tens of nats and its step noise. "
                 "Pass a batch of at least two rows.")
+        if self._needs_statistics:  # a flow's standardisation, from its first batch
+            self._prepare_for_training(check_training_data(self, given))
         if not self.__dict__.get("_moments_by_batch"):  # the first call since fit
             for layer in batch_norm_layers(self):
                 layer.reset_epoch_moments(MIN_WINDOW)
@@ -161,6 +173,15 @@ class KerasLoop(keras.Model):
         mark_traced_on_purpose(self.predict_function)
         return self.predict_function
 
+    #: Whether the next ``fit`` takes statistics from its data (a `tf.data` dataset is
+    #: then read once ahead): a flow's standardisation, before it is set.
+    _needs_statistics = False
+
+    def _prepare_for_training(self, surveys) -> None:
+        """What a model does with the surveys of its training data
+        (`keras_models.training_data.check_training_data`) before ``fit`` trains:
+        nothing here; the flows take their standardisation statistics."""
+
     #: Whether a train step traced now keeps the batch norms' epoch moments
     #: (`tfp_maf.layers.epoch_moments_kept`); `fit` sets it for its call.
     _keeps_epoch_moments = True
@@ -175,6 +196,7 @@ class KerasLoop(keras.Model):
         # fuses the mask into the optimizer's update.
         with custom_gradients_released(), kernels_as_stored(), epoch_moments_kept(self._keeps_epoch_moments):
             x, y, sample_weight = unpack(data)
+            x = _dequantized(self, x)
             variables = self.trainable_variables
             # Under tf.distribute each replica sees 1/R of the global batch and the
             # optimizer sums the replicas' gradients: scale so the sum is the mean.
@@ -189,8 +211,7 @@ class KerasLoop(keras.Model):
                 gradients = _plus_l2_gradients(tape.gradient(total, variables), variables, l2_factors, replicas)
                 # Masked first: the masks are read through the kernels' constraints.
                 gradients = mask_gradients(self, gradients, variables)
-                with _projections_set_aside(self.optimizer, variables):
-                    self.optimizer.apply(gradients, variables)
+                _apply_if_finite(self, total, gradients, variables)
             self.loss_tracker.update_state(nll, sample_weight=_rows(x, sample_weight, nll.dtype))
             return self._logs()
 
@@ -218,6 +239,100 @@ class KerasLoop(keras.Model):
             # which rejects scalars (seen with Keras 3.15): give it a vector of one.
             loss = tf.reshape(loss, [1])
         return {"loss": loss}
+
+
+def _apply_if_finite(model, total, gradients, variables) -> None:
+    """The optimizer's update, where the step's loss is finite; else no update, and the
+    step's number in `KerasLoop._nonfinite_step` (`NonFiniteGuard` then stops ``fit``):
+    the weights and the optimizer's state stay those of the last finite step, so no
+    checkpoint, backup or early stopping ever keeps non-finite weights."""
+
+    finite = tf.math.is_finite(total)
+    if tf.distribute.has_strategy():
+        # The optimizer's all-reduce cannot sit in a branch (TF's merge_call): the step's
+        # gradients become zeros instead, so the weights stay finite (a momentum may still
+        # move them a little), and `NonFiniteGuard` reads the epoch's loss.
+        gradients = [None if g is None else tf.where(finite, g, tf.zeros_like(g)) for g in gradients]
+        with _projections_set_aside(model.optimizer, variables):
+            model.optimizer.apply(gradients, variables)
+        return
+
+    def apply():
+        with _projections_set_aside(model.optimizer, variables):
+            model.optimizer.apply(gradients, variables)
+        return tf.constant(True)
+
+    flag = _nonfinite_step(model)
+
+    def skip():
+        flag.assign(tf.where(flag < 0, tf.cast(model.optimizer.iterations, tf.int64), flag))
+        return tf.constant(False)
+
+    tf.cond(finite, apply, skip)
+
+
+def _nonfinite_step(model) -> tf.Variable:
+    """The optimizer step at which ``fit`` first met a non-finite loss, or -1: not a Keras
+    weight (neither saved nor exported), made once per model."""
+    if "_nonfinite" not in model.__dict__:
+        with tf.init_scope():
+            model.__dict__["_nonfinite"] = tf.Variable(-1, dtype=tf.int64, trainable=False)
+    return model.__dict__["_nonfinite"]
+
+
+def _dequantized(model, x):
+    """``x`` plus uniform noise on [0, 1) in the columns the model dequantizes (its
+    ``dequantize`` keyword; none: ``x``), drawn afresh at each training step."""
+    columns = getattr(model, "dequantize", None)
+    if not columns:
+        return x
+    mask = np.zeros(model.event_size, np.float32)
+    mask[columns] = 1.0
+    x = tf.convert_to_tensor(x)
+    return x + tf.random.uniform(tf.shape(x), dtype=x.dtype) * tf.constant(mask, x.dtype)
+
+
+class NonFiniteGuard(keras.callbacks.Callback):
+    """Stops ``fit`` at the first step whose loss is not finite, which the step left
+    out (`_apply_if_finite`), and says at which epoch and step. ``fit`` adds it.
+
+    Read after each batch in Keras' thread for callbacks (``async_safe``), so the loop
+    does not wait on it."""
+
+    async_safe = True
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch, self._first = epoch, int(self.model.optimizer.iterations.numpy())
+        self._said = False
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(_nonfinite_step(self.model).numpy())
+        if step < 0 and not math.isfinite(float((logs or {}).get("loss", 0.0))):
+            step = int(self.model.optimizer.iterations.numpy()) - 1  # under a strategy: the loss says it
+        if step >= 0 and not self._said:
+            self._said = True
+            self.model.stop_training = True
+            warnings.warn(
+                f"{self.model.name}: the training loss was not finite at epoch {self._epoch + 1}, step "
+                f"{step - self._first + 1} (optimizer step {step + 1}); training stopped there. The weights are "
+                "those after the last finite step, and no update was made from a non-finite one. A step size "
+                "too large, or rows far from the rest, may cause it.", NonFiniteLossWarning, stacklevel=2)
+
+
+class NonFiniteLossWarning(UserWarning):
+    """``fit`` met a non-finite loss and stopped (`NonFiniteGuard`)."""
+
+
+def with_nonfinite_guard(model, callbacks):
+    """``fit``'s ``callbacks`` with a `NonFiniteGuard` (after the others: it only stops)."""
+    guard = NonFiniteGuard()
+    if not isinstance(callbacks, keras.callbacks.CallbackList):
+        return [*_listed(callbacks), guard]
+    guard.set_model(model)
+    guard.set_params(callbacks.params or {})
+    callbacks = copy.copy(callbacks)
+    callbacks.callbacks = [*callbacks.callbacks, guard]
+    return callbacks
 
 
 @contextlib.contextmanager
