@@ -31,11 +31,16 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
           hidden_units=None, seed: int = 0, batch_size: int = 100, max_epochs: int = 1000,
           max_minutes: float | None = None, patience: int = 30, jit_compile="auto",
           log_scale_bound: float | None = None, learning_rate: float | None = None, backup_dir=None,
-          verbose=0, callbacks=(), protocol: str = "paper"):
+          verbose=0, callbacks=(), protocol: str = "paper", preset: bool = True):
     """Builds ``model_name`` (``maf5``, ``made``, ...) with the paper's settings for
     ``splits`` and trains it as in the paper (``learning_rate``: Adam's step size in place
     of the paper's; ``protocol``: ``"published"`` for the published code's where the paper
-    is silent, `keras_models.presets`). Returns ``(model, info)``."""
+    is silent, `keras_models.presets`). Returns ``(model, info)``.
+
+    ``preset=False`` is for a user's own table (``tfp-maf train --data``): the zoo's
+    default sizes (or ``hidden_units``), and the flows standardise their columns, with
+    statistics from ``splits.x_train`` (and ``y_train``: then ``splits.num_classes`` is the
+    width of ``y``, its columns continuous); the paper's step sizes and early stopping."""
     import keras
 
     from keras_models import presets, training, zoo
@@ -43,12 +48,21 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
     keras.utils.set_random_seed(seed)
     kwargs = {"conditional_dims": splits.num_classes if conditional else None}
     if model_name != "gaussian":
-        kwargs.update(presets.model_kwargs(splits.name, size_option, protocol, model=model_name), seed=seed)
+        kwargs["seed"] = seed
+        if preset:
+            kwargs.update(presets.model_kwargs(splits.name, size_option, protocol, model=model_name))
+            # The paper's protocol: its datasets come preprocessed (each pipeline
+            # standardises as the paper does), and its log-scales are unbounded.
+            kwargs["standardize"] = False
+            if "log_scale_bound" in zoo.model_keywords(model_name):
+                kwargs["log_scale_bound"] = None
         if hidden_units:
             kwargs["hidden_units"] = list(hidden_units)
     if log_scale_bound is not None:
         kwargs["log_scale_bound"] = log_scale_bound  # refused by the models without log-scales
     model = zoo.build(model_name, splits.event_size, **kwargs)
+    if getattr(model, "standardization", None) is not None:
+        model.adapt(splits.x_train, splits.y_train if conditional else None)
     training.compile_as_paper(model, model_name, jit_compile=jit_compile, learning_rate=learning_rate)
     pipelines = splits.pipelines(batch_size, seed=seed, conditional=conditional)
     start = time.monotonic()
@@ -59,17 +73,20 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
         shuffle_epoch=pipelines.epoch,
     )
     # A resumed run's wall time counts every process it ran in (the backup keeps it).
-    info.update(hidden_units=kwargs.get("hidden_units"), parameters=int(model.count_params()), protocol=protocol,
+    info.update(hidden_units=kwargs.get("hidden_units") or getattr(model, "hidden_units", None),
+                parameters=int(model.count_params()), protocol=protocol,
                 # To the float32 variable's 7 digits: 1e-2, not 0.009999999776482582.
                 learning_rate=float(f"{float(model.optimizer.learning_rate.numpy()):.7g}"),
                 wall_time_s=info.get("train_seconds") or round(time.monotonic() - start, 1))
     return model, info
 
 
-def evaluate(model, splits, conditional: bool = False, split: str = "test") -> dict:
+def evaluate(model, splits, conditional: bool = False, split: str = "test", labels: bool = True) -> dict:
     """Mean log-likelihood +- 2 s.e. on ``split``, as in the paper: for a conditional
     model the marginal log p(x) = log sum_y p(x | y) p(y) (uniform p(y)) and
-    log p(x | y); bits per pixel for images; the exact value for Figure 1."""
+    log p(x | y); bits per pixel for images; the exact value for Figure 1.
+    ``labels=False``: ``y`` is continuous columns (a user's table), and the
+    log-likelihood is log p(x | y) alone."""
     from keras_models.evaluation import (
         bits_per_pixel,
         log_likelihoods,
@@ -84,7 +101,10 @@ def evaluate(model, splits, conditional: bool = False, split: str = "test") -> d
         mean, two_se = mean_and_two_se(values)
         return {name: mean, f"{name}_2se": two_se}
 
-    if conditional:
+    if conditional and not labels:
+        log_p = log_likelihoods(model, x, y)
+        out = summary(key, log_p)
+    elif conditional:
         log_p = marginal_log_likelihoods(model, x, splits.num_classes)
         out = summary(key, log_p)
         out.update(summary(f"{split}_conditional_log_likelihood", log_likelihoods(model, x, y)))

@@ -189,6 +189,7 @@ def test_every_input_form_sets_the_statistics(form):
             while True:
                 for start in range(0, len(x), 50):
                     yield x[start:start + 50], y[start:start + 50]
+        model.adapt(x, y)  # a generator cannot be read ahead for the standardisation's statistics
         model.fit(batches(), steps_per_epoch=12, epochs=2, verbose=0)
     stored = [(layer.mean.numpy().copy(), layer.variance.numpy().copy()) for layer in bns.batch_norm_layers(model)]
     after_fit = float(np.mean(model.log_prob(x, y)))

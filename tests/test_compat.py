@@ -212,6 +212,7 @@ def test_without_tfp_cache_util_the_flows_fall_back_to_tfps_cache_with_the_same_
 
     x = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
     model = km.MAF(3, hidden_units=[8], num_layers=2, seed=0)
+    model.adapt(x)  # the statistics the script's fit took
     model(x[:1])
     randomize_weights(model, seed=1)
     np.testing.assert_allclose(fallback, model.log_prob(x[:5]), rtol=1e-5, atol=1e-5)

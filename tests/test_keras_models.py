@@ -112,7 +112,8 @@ def test_maf_orders_alternate_and_batch_norm_sits_between_layers():
     model = km.MAF(3, hidden_units=[8], num_layers=3)
     assert [m.order for m in model.mades] == ["left-to-right", "right-to-left", "left-to-right"]
     names = [b.name for b in model.distribution().bijector.bijectors]
-    assert names == ["maf_0", "batch_norm_0", "maf_1", "batch_norm_1", "maf_2", "batch_norm_2"]
+    assert names == ["standardize", "log_tails", "maf_0", "batch_norm_0", "maf_1", "batch_norm_1", "maf_2",
+                     "batch_norm_2"]
 
 
 def test_gaussian_equals_the_closed_form_fit():
@@ -274,7 +275,9 @@ def test_a_large_eager_sample_from_noise_goes_in_parts(monkeypatch, name, y_rows
     in_parts = model.sample_from_noise(noise, y, gumbel)
     assert mapped == [(20, 7)]
     monkeypatch.setattr(km.model_functions, "CALL_VALUES", 2**21)
-    np.testing.assert_allclose(in_parts, model.sample_from_noise(noise, y, gumbel), rtol=1e-6, atol=1e-6)
+    # (rtol 1e-5: a random MAF MoG's rows reach 3e9, where the log tails' exp magnifies
+    # the float32 rounding of a product computed in a part or in the whole.)
+    np.testing.assert_allclose(in_parts, model.sample_from_noise(noise, y, gumbel), rtol=1e-5, atol=1e-6)
     # sample: one call whatever n, so a seed draws what the export's sample draws.
     model.sample(20, y, seed=3)
     assert mapped == [(20, 7)]

@@ -188,6 +188,7 @@ def test_a_custom_loop_reaches_the_likelihood_fit_reaches():
     def trained(custom: bool):
         keras.utils.set_random_seed(0)
         model = km.MAF(2, hidden_units=[32], num_layers=2, batch_norm=False, seed=0)
+        model.adapt(x)  # the columns' statistics, which fit would take itself
         optimizer = keras.optimizers.Adam(3e-3)
         if custom:
             flow = model.distribution()  # a plain TFP distribution over the model's layers

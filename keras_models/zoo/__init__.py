@@ -36,9 +36,21 @@ TypeError that names it. The keywords several models share mean the same in each
   paper).
 - ``batch_norm`` (MAF, MAF MoG, NSF): whether a batch norm follows each layer (the
   paper: yes).
-- ``log_scale_bound`` (MADE, MAF, MAF MoG, Real NVP): None (the paper) or ``B``: bounds
-  every affine log-scale softly to ``+-B`` (`tfp_maf.math.soft_bound`), against overflow
-  on wild data.
+- ``standardize`` (every flow): True (default): the flow learns on standardised columns
+  of ``x`` (and ``y``), with each column's mean and standard deviation taken by the first
+  ``fit`` (or ``model.adapt(x, y)``), and speaks the data's units: an exact affine part
+  of the flow (`tfp_maf.Standardization`), saved and exported with it. False: the data
+  as given (the paper's protocol, whose pipelines standardise).
+- ``tails`` (every flow): ``T``, 20 by default: beyond ``+-T`` standardised units a
+  column reaches the networks as the log of its distance (`tfp_maf.LogTails`; the
+  identity within), so far rows score finite; None: none.
+- ``dequantize`` (every flow): None, True or column indices: uniform noise on ``[0, 1)``
+  added to those columns at each training step, for integer-valued columns (``fit``
+  warns of them).
+- ``log_scale_bound`` (MADE, MADE MoG, MAF, MAF MoG, Real NVP): ``B``, 8 by default:
+  bounds every log-scale softly to ``+-B`` (`tfp_maf.math.soft_bound`; exactly the
+  network's within ``+-B/2``), so that with the tails rows far from the data score
+  finite and lower the farther they are; None: unbounded (the paper's protocol).
 - ``num_components`` (MADE MoG, MAF MoG): ``C``, the Gaussians of each conditional (10
   in the paper).
 - ``activation`` (the MADE options: MADE, MADE MoG, MAF, MAF MoG, NSF): the MADEs'

@@ -11,7 +11,7 @@ import keras
 
 import tfp_maf
 from keras_models.initialization import made_initializers
-from keras_models.zoo.base import FlowModel, regularizer
+from keras_models.zoo.base import LOG_SCALE_BOUND, FlowModel, regularizer
 from tfp_maf.arguments import check_bool, check_bound, check_int
 from tfp_maf.devices import check_device_kind
 from tfp_maf.layers import check_conditional_input_layers, check_scale_parameterization
@@ -143,8 +143,9 @@ class MAF(MADEStack):
 
     Args:
       event_size: ``D``, the number of variables.
-      log_scale_bound: None (the paper) or ``B``: bounds every log-scale softly
-        to ``+-B`` (`tfp_maf.math.soft_bound`), against overflow on wild data.
+      log_scale_bound: ``B``, 8 by default (`keras_models.zoo.base.LOG_SCALE_BOUND`):
+        bounds every log-scale softly to ``+-B`` (`tfp_maf.math.soft_bound`), so that
+        rows far from the data score finite; None: unbounded, as in the paper.
       **kwargs: the keywords below, the flows' keywords (``hidden_units``, ``conditional_dims``,
         ``context_network``, ``l2``, ``seed``: MADE ``i`` gets ``seed + i``), the
         MADE options (``activation``, ``hidden_degrees``, ``kernel_blocks``,
@@ -185,7 +186,7 @@ class MAF(MADEStack):
 
     retired_config_keys = ("num_components",)  # saved by 0.3.0 and 0.4.0, unused
 
-    def __init__(self, event_size: int, *, log_scale_bound: float | None = None, **kwargs):
+    def __init__(self, event_size: int, *, log_scale_bound: float | None = LOG_SCALE_BOUND, **kwargs):
         self.log_scale_bound = check_bound(log_scale_bound, "log_scale_bound")  # read by `_layer`, which __init__ calls
         super().__init__(event_size, **kwargs)
 
@@ -374,7 +375,7 @@ class MAFMoG(MixtureBase, MAF):
     Args:
       event_size: ``D``, the number of variables.
       **kwargs: ``num_components``, below; the keywords of `MAF` (``num_layers``: 5 in the paper;
-        ``log_scale_bound`` bounds the MAF layers', not the mixture's; ``seed``:
+        ``log_scale_bound`` bounds the MAF layers' and the mixture's log-scales; ``seed``:
         MADE ``i`` gets ``seed + i``, the base ``seed + K``), and Keras' ``name``,
         ``dtype``, ``trainable``.
 
@@ -409,7 +410,7 @@ class MAFMoG(MixtureBase, MAF):
         self.base_made = self._made(order, "made_mog", self.num_components, seed=self.seed + self.num_layers)
 
     def _base(self, y):
-        return tfp_maf.MADEMoG(self.base_made, conditional_input=y)
+        return tfp_maf.MADEMoG(self.base_made, conditional_input=y, log_scale_bound=self.log_scale_bound)
 
 
 @keras.saving.register_keras_serializable(package="keras_models")
@@ -427,6 +428,9 @@ class MADEMoG(MixtureBase, MADEFlow):
 
     Args:
       event_size: ``D``, the number of variables.
+      log_scale_bound: ``B``, 8 by default: bounds every component's log-scale
+        softly to ``+-B``, so that rows far from the data score finite; None:
+        unbounded, as in the paper.
       **kwargs: ``num_components``, below; the flows' keywords (``seed`` seeds the
         random hidden degrees and initial weights) and the MADE options
         (``scale_parameterization``: what its scale outputs are), as `MAF`, and
@@ -436,8 +440,7 @@ class MADEMoG(MixtureBase, MADEFlow):
       num_components: ``C``, the Gaussians of each conditional (10 in the paper).
 
     Raises:
-      TypeError: for any other keyword (``num_layers``: a MADE MoG is one MADE;
-        ``log_scale_bound``: its mixture is not bounded).
+      TypeError: for any other keyword (``num_layers``: a MADE MoG is one MADE).
       ValueError: as `MAF`, or if ``num_components < 1``.
 
     Example:
@@ -454,9 +457,10 @@ class MADEMoG(MixtureBase, MADEFlow):
     (TensorShape([4]), TensorShape([3, 2]))
     """
 
-    retired_config_keys = ("num_layers", "log_scale_bound")  # saved by 0.3.0 and 0.4.0, unused
+    retired_config_keys = ("num_layers",)  # saved by 0.3.0 and 0.4.0, unused
 
-    def __init__(self, event_size: int, **kwargs):
+    def __init__(self, event_size: int, *, log_scale_bound: float | None = LOG_SCALE_BOUND, **kwargs):
+        self.log_scale_bound = check_bound(log_scale_bound, "log_scale_bound")
         kwargs.setdefault("name", "made_mog")  # Keras would say "made_mo_g"
         super().__init__(event_size, **kwargs)
         self.made = self._made("left-to-right", "made_mog", self.num_components, seed=self.seed)
@@ -465,7 +469,21 @@ class MADEMoG(MixtureBase, MADEFlow):
         return []  # the MADE MoG is the whole model: its base
 
     def _base(self, y):
-        return tfp_maf.MADEMoG(self.made, conditional_input=y)
+        return tfp_maf.MADEMoG(self.made, conditional_input=y, log_scale_bound=self.log_scale_bound)
 
     def _distribution(self, y, training):
+        if self._chain():  # the MADE MoG of standardised columns, or with log tails
+            return super()._distribution(y, training)
         return self._base(self.context(y, training))  # the MADE MoG itself, not a transformed one
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(log_scale_bound=self.log_scale_bound)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if "standardize" not in config:  # 0.4.0 and before saved a log_scale_bound they did not use
+            config["log_scale_bound"] = None
+        return super().from_config(config)

@@ -99,14 +99,15 @@ class Gaussian(DensityModel):
     def fit_closed_form(self, x, y=None, jitter: float = 1e-6) -> Gaussian:
         """Sets the maximum-likelihood mean and covariance of ``x`` (per class of ``y``).
 
-        The covariance is the biased one (divided by N), plus ``jitter`` times the
-        identity so that its Cholesky factor exists for degenerate data.
+        The covariance is the biased one (divided by N), plus ``jitter`` times each
+        column's variance (1 for a constant column) on its diagonal, so that its Cholesky
+        factor exists for degenerate data, in whatever units the columns are.
 
         Args:
           x: the training data ``[N, D]`` (array-like; computed in float64).
           y: one-hot labels ``[N, K]`` for the conditional model (the class is the
             argmax of each row), else None.
-          jitter: added to the covariance's diagonal.
+          jitter: each variance times it is added to the covariance's diagonal.
 
         Returns:
           The model itself, fitted.
@@ -128,7 +129,10 @@ class Gaussian(DensityModel):
         locs, trils = [], []
         for g in groups:
             cov = np.cov(g, rowvar=False, bias=True).reshape(self.event_size, self.event_size)
-            cov += jitter * np.eye(self.event_size)
+            # Relative to each variance: the same fit in any units (a column of standard
+            # deviation 1e-3 would have doubled its variance by an absolute 1e-6).
+            variances = np.diag(cov)
+            cov += jitter * np.diag(np.where(variances > 0, variances, 1.0))
             locs.append(g.mean(0))
             trils.append(np.linalg.cholesky(cov))
         self.loc.assign(np.stack(locs))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 
 import tfp_maf
-from keras_models.zoo.base import FlowModel, regularizer
+from keras_models.zoo.base import LOG_SCALE_BOUND, FlowModel, regularizer
 from tfp_maf.arguments import check_bound, check_int
 
 __all__ = ["RealNVP"]
@@ -30,7 +30,8 @@ class RealNVP(FlowModel):
     Args:
       event_size: ``D``, the number of variables, at least 2.
       num_layers: ``K``, the coupling layers (5 or 10 in the paper).
-      log_scale_bound: None (the paper) or a soft bound ``B`` on the log-scales.
+      log_scale_bound: a soft bound ``B`` on the log-scales, 8 by default (as `MAF`);
+        None: unbounded, as in the paper.
       **kwargs: the flows' keywords (``hidden_units`` of every network;
         ``conditional_dims``: ``y`` is concatenated to the copied half;
         ``context_network``; ``l2``; ``seed``: coupling ``i`` gets ``seed + i``),
@@ -68,7 +69,8 @@ class RealNVP(FlowModel):
         "conditional_input_layers", "scale_parameterization", "num_components",
     )
 
-    def __init__(self, event_size: int, *, num_layers: int = 5, log_scale_bound: float | None = None, **kwargs):
+    def __init__(self, event_size: int, *, num_layers: int = 5, log_scale_bound: float | None = LOG_SCALE_BOUND,
+                 **kwargs):
         super().__init__(event_size, **kwargs)
         if self.event_size < 2:
             raise ValueError(f"Real NVP needs at least 2 variables, got {self.event_size}.")
