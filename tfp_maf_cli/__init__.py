@@ -1,4 +1,5 @@
-"""The ``tfp-maf`` command line: train, evaluate and sample the paper's models.
+"""The ``tfp-maf`` command line: train, evaluate and sample the paper's models, on the
+paper's datasets or on a file of your own.
 
 With no ``--dataset`` it uses the embedded default, the paper's Figure 1
 density, whose exact expected log-likelihood is -3.531 nats::
@@ -7,6 +8,12 @@ density, whose exact expected log-likelihood is -3.531 nats::
     tfp-maf evaluate --out runs/maf5
     tfp-maf sample --out runs/maf5 -n 5
     tfp-maf export --out runs/maf5
+
+On your own table (CSV, Parquet, .npy, .npz; `tfp_maf_cli.tables`)::
+
+    tfp-maf train --data table.csv --out runs/table
+    tfp-maf score --out runs/table --data new_rows.csv > scores.csv
+    tfp-maf sample --out runs/table -n 100 --format csv
 """
 
 from __future__ import annotations
@@ -17,8 +24,6 @@ import os
 import shutil
 import sys
 from pathlib import Path
-
-import numpy as np
 
 from tfp_maf_cli.runs import (
     ARGS_FILE,
@@ -32,6 +37,7 @@ from tfp_maf_cli.runs import (
     read_json,
     save_model,
 )
+from tfp_maf_cli.table_runs import add_score_parser, add_table_options
 
 __all__ = ["main"]
 
@@ -40,6 +46,10 @@ __all__ = ["main"]
 def _load_data(args):
     from keras_models import experiment
 
+    if getattr(args, "data", None):
+        from tfp_maf_cli.table_runs import load_table_splits
+
+        return load_table_splits(args)[0]
     name = args.dataset or "figure1"
     splits = experiment.load_splits(name, args.data_dir, seed=args.seed)
     if args.conditional and splits.y_train is None:
@@ -97,7 +107,9 @@ def cmd_train(args) -> dict:
     import tensorflow as tf
 
     from keras_models import experiment
+    from tfp_maf_cli.table_runs import TABLE_FILE, check_table_options, load_table_splits
 
+    check_table_options(args)
     _check_model_options(args)
     out = Path(args.out)
     if args.restart:  # from the first epoch: an interrupted run's backup goes
@@ -105,21 +117,28 @@ def cmd_train(args) -> dict:
     check_resumable(out, args)
     if args.deterministic:
         tf.config.experimental.enable_op_determinism()
+    table = None
+    if args.data:  # read and checked before anything is written
+        splits, table = load_table_splits(args)
     create_directories(args, "out")
-    splits = _load_data(args)
+    if table is None:
+        splits = _load_data(args)
+    else:
+        (out / TABLE_FILE).write_text(json.dumps(table, indent=2) + "\n")
+    conditional = args.conditional or bool(table and table["condition_on"])
     (out / ARGS_FILE).write_text(json.dumps({k: v for k, v in vars(args).items() if k != "func"}, indent=2) + "\n")
     model, info = experiment.train(
-        splits, args.model, conditional=args.conditional, size_option=args.size_option,
+        splits, args.model, conditional=conditional, size_option=args.size_option, preset=table is None,
         hidden_units=args.hidden_units, seed=args.seed, batch_size=args.batch_size,
         max_epochs=args.max_epochs, max_minutes=args.max_minutes, patience=args.patience,
         jit_compile=args.jit_compile, log_scale_bound=args.log_scale_bound, learning_rate=args.learning_rate,
         backup_dir=out / BACKUP_DIR, verbose=0, callbacks=_progress(args), protocol=args.protocol,
     )
     metrics = {
-        "dataset": splits.name, "model": args.model, "conditional": args.conditional,
+        "dataset": splits.name if table is None else table["file"], "model": args.model, "conditional": conditional,
         "hidden_units": info["hidden_units"], "parameters": info["parameters"],
         "learning_rate": info["learning_rate"],
-        **experiment.evaluate(model, splits, args.conditional),
+        **experiment.evaluate(model, splits, conditional, labels=table is None),
         **{k: info.get(k) for k in ("epochs", "early_stopped", "resumed_from_epoch",
                                     "stopped_on_non_finite", "non_finite_val_epochs", "wall_time_s")},
     }
@@ -206,25 +225,32 @@ def cmd_evaluate(args) -> dict:
                          "to say which data the model was trained on.")
     saved = read_json(args_path, "pass --dataset (and --data-dir) to say which data the model was trained on")
     overrides = {k: v for k, v in (("dataset", args.dataset), ("data_dir", args.data_dir)) if v}
-    saved = argparse.Namespace(**{**saved, **overrides})
+    saved = argparse.Namespace(**{"data": None, **saved, **overrides})
+    if saved.data and overrides:
+        raise SystemExit(f"tfp-maf: this run was trained on --data {saved.data}; --dataset and --data-dir are "
+                         "for runs on the paper's datasets.")
     splits = _load_data(saved)
-    return {"dataset": splits.name, "model": saved.model, "conditional": saved.conditional,
-            **experiment.evaluate(model, splits, saved.conditional)}
+    conditional = saved.conditional or bool(saved.data and saved.condition_on)
+    return {"dataset": saved.data or splits.name, "model": saved.model, "conditional": conditional,
+            **experiment.evaluate(model, splits, conditional, labels=not saved.data)}
 
 
-def cmd_sample(args) -> dict:
+def cmd_sample(args) -> dict | None:
+    from tfp_maf_cli.table_runs import condition_rows, table_of, write_samples_csv
+
     model = _load_model(args.out)
-    y = None
-    if not model.conditional_dims and args.label is not None:
-        raise SystemExit("tfp-maf: this model is unconditional; --label is for a conditional one.")
-    if model.conditional_dims:
-        if args.label is None:
-            raise SystemExit(f"tfp-maf: this model is conditional; pass --label 0..{model.conditional_dims - 1}.")
-        from keras_models.data.images import one_hot
-
-        y = one_hot(np.full(args.n, args.label), model.conditional_dims)  # checks the label
-    samples = model.sample(args.n, y=y, seed=args.seed).numpy()
+    table = table_of(args.out)
+    samples = model.sample(args.n, y=condition_rows(model, table, args), seed=args.seed).numpy()
+    if args.format == "csv":
+        write_samples_csv(samples, table["columns"] if table else [str(i) for i in range(model.event_size)])
+        return None
     return {"samples": samples.tolist()}
+
+
+def cmd_score(args) -> None:
+    from tfp_maf_cli.table_runs import score_rows, table_of
+
+    score_rows(_load_model(args.out), table_of(args.out), args.data, args.format)
 
 
 def cmd_export(args) -> dict:
@@ -286,6 +312,7 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train a model; writes model.keras and metrics.json to --out")
     train.add_argument("--dataset", default=None, choices=DATASET_NAMES,
                        help="default: the paper's Figure 1 density (figure1)")
+    add_table_options(train, POSITIVE)
     train.add_argument("--model", default="maf5", choices=MODEL_NAMES, help="default: %(default)s")
     train.add_argument("--conditional", action="store_true", help="model p(x | y) (labelled data)")
     train.add_argument("--data-dir", default=None,
@@ -367,7 +394,13 @@ def _parser() -> argparse.ArgumentParser:
     sample.add_argument("-n", type=COUNT, default=10, help="how many samples (default: %(default)s)")
     sample.add_argument("--seed", type=int, default=0, help="the same seed, the same samples (default: %(default)s)")
     sample.add_argument("--label", type=int, default=None, help="class to sample (conditional models)")
+    sample.add_argument("--given", nargs="+", default=None, metavar="NAME=VALUE",
+                        help="the condition of a run trained with --data and --condition-on")
+    sample.add_argument("--format", choices=["json", "csv"], default="json",
+                        help="json: {\"samples\": [...]}; csv: a header of the column names, a row per sample "
+                             "(default: %(default)s)")
     sample.set_defaults(func=cmd_sample)
+    add_score_parser(sub).set_defaults(func=cmd_score)
 
     export = sub.add_parser("export", help="write a SavedModel (TF Serving), ONNX or LiteRT files")
     export.add_argument("--out", required=True, help="the run directory that tfp-maf train wrote")
@@ -437,13 +470,17 @@ def main(argv=None) -> int:
         resume = " The same command resumes it from its last epoch." if args.command in ("train", "reproduce") else ""
         print(f"\ntfp-maf: interrupted.{resume}", file=sys.stderr)
         raise SystemExit(130) from None  # the shell's code for Ctrl-C
+    except BrokenPipeError:  # score or sample --format csv writing to a reader that left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (DatasetFileNotFoundError, MissingOptionalDependency, ValueError, OSError) as err:
         # Bad input, a missing extra, a file that cannot be read or written: the message says
         # what and where; a traceback adds nothing.
         raise SystemExit(f"tfp-maf: {err}") from err
     try:
-        json.dump(result, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        if result is not None:  # else the command wrote its own rows (score, sample --format csv)
+            json.dump(result, sys.stdout, indent=2)
+            sys.stdout.write("\n")
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader left (``| head``): the rest goes nowhere, as for any Unix filter,

@@ -24,7 +24,7 @@ BACKUP_DIR = "backup"
 _RESUMABLE_CHANGES = {"verbose", "quiet", "max_minutes", "restart", "func", "out", "data_dir"}
 
 #: Arguments of ``train`` added in later versions, with the behaviour that runs made before had.
-_ADDED_ARGUMENTS = {"protocol": "paper"}
+_ADDED_ARGUMENTS = {"protocol": "paper", "data": None, "columns": None, "condition_on": None, "split": None}
 
 
 def check_resumable(out: Path, args) -> None:
@@ -103,6 +103,7 @@ def check_directories(args) -> None:
                       "runs": "a directory to create, or an existing runs directory to resume"},
         "evaluate": {"out": run_dir},
         "sample": {"out": run_dir},
+        "score": {"out": run_dir},
         "export": {"out": run_dir, "saved_model": "a directory to create for the SavedModel"},
     }
     for dest, instead in wanted.get(args.command, {}).items():
