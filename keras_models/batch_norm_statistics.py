@@ -313,7 +313,7 @@ class BatchNormStatistics(keras.callbacks.Callback):
     >>> import keras, numpy as np
     >>> from keras_models import MAF
     >>> x = np.random.default_rng(0).normal(3.0, 2.0, (64, 2)).astype(np.float32)
-    >>> model = MAF(2, num_layers=1, hidden_units=[8])
+    >>> model = MAF(2, num_layers=1, hidden_units=[8], standardize=False)  # the data reach the MADE as they are
     >>> model.compile(optimizer=keras.optimizers.Adam(1e-3))
     >>> _ = model.fit(x, epochs=1, callbacks=[BatchNormStatistics(x)], verbose=0)
 
@@ -426,7 +426,7 @@ class EpochStatistics(keras.callbacks.Callback):
     >>> import keras, numpy as np
     >>> from keras_models import MAF
     >>> x = np.random.default_rng(0).normal(3.0, 2.0, (64, 2)).astype(np.float32)
-    >>> model = MAF(2, num_layers=1, hidden_units=[8])
+    >>> model = MAF(2, num_layers=1, hidden_units=[8], standardize=False)  # the data reach the MADE as they are
     >>> model.compile(optimizer=keras.optimizers.Adam(1e-3))
     >>> _ = model.fit(x, epochs=1, batch_size=64, verbose=0)  # adds the callback
 

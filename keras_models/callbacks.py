@@ -162,7 +162,8 @@ class RunBackup(keras.callbacks.Callback):
     >>> from keras_models import MADE
     >>> model = MADE(2, hidden_units=[8])
     >>> model.compile(optimizer=keras.optimizers.Adam(1e-3))
-    >>> x, directory = np.zeros((32, 2), np.float32), tempfile.mkdtemp()
+    >>> x = np.random.default_rng(0).normal(size=(32, 2)).astype(np.float32)
+    >>> directory = tempfile.mkdtemp()
     >>> backup = RunBackup(directory)
     >>> _ = model.fit(x, epochs=1, callbacks=[backup], initial_epoch=backup.saved_epoch(),
     ...               verbose=0)

@@ -52,8 +52,9 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
         if preset:
             kwargs.update(presets.model_kwargs(splits.name, size_option, protocol, model=model_name))
             # The paper's protocol: its datasets come preprocessed (each pipeline
-            # standardises as the paper does), and its log-scales are unbounded.
-            kwargs["standardize"] = False
+            # standardises as the paper does), and its flows have no log tails and
+            # unbounded log-scales.
+            kwargs.update(standardize=False, tails=None)
             if "log_scale_bound" in zoo.model_keywords(model_name):
                 kwargs["log_scale_bound"] = None
         if hidden_units:
@@ -61,8 +62,6 @@ def train(splits, model_name: str, *, conditional: bool = False, size_option: in
     if log_scale_bound is not None:
         kwargs["log_scale_bound"] = log_scale_bound  # refused by the models without log-scales
     model = zoo.build(model_name, splits.event_size, **kwargs)
-    if getattr(model, "standardization", None) is not None:
-        model.adapt(splits.x_train, splits.y_train if conditional else None)
     training.compile_as_paper(model, model_name, jit_compile=jit_compile, learning_rate=learning_rate)
     pipelines = splits.pipelines(batch_size, seed=seed, conditional=conditional)
     start = time.monotonic()

@@ -32,6 +32,7 @@ from keras_models.batch_norm_statistics import (
     batch_norm_layers,
     store_epoch_moments,
 )
+from keras_models.callbacks import StopOnNonFinite
 from keras_models.optimizers import FusedAdam
 from keras_models.training_data import check_training_data
 from tfp_maf._platform.keras_steps import one_step_function
@@ -243,10 +244,9 @@ class KerasLoop(keras.Model):
 
 def _apply_if_finite(model, total, gradients, variables) -> None:
     """The optimizer's update, where the step's loss is finite; else no update, and the
-    step's number in `KerasLoop._nonfinite_step` (`NonFiniteGuard` then stops ``fit``):
-    the weights and the optimizer's state stay those of the last finite step, so no
-    checkpoint, backup or early stopping ever keeps non-finite weights."""
-
+    step's number in `_nonfinite_step` (`NonFiniteGuard` then stops ``fit``): the weights
+    and the optimizer's state stay those of the last finite step, so no checkpoint,
+    backup or early stopping ever keeps non-finite weights."""
     finite = tf.math.is_finite(total)
     if tf.distribute.has_strategy():
         # The optimizer's all-reduce cannot sit in a branch (TF's merge_call): the step's
@@ -324,7 +324,11 @@ class NonFiniteLossWarning(UserWarning):
 
 
 def with_nonfinite_guard(model, callbacks):
-    """``fit``'s ``callbacks`` with a `NonFiniteGuard` (after the others: it only stops)."""
+    """``fit``'s ``callbacks`` with a `NonFiniteGuard` (after the others: it only stops),
+    unless they hold `keras_models.callbacks.StopOnNonFinite`, which stops and says so
+    itself (`keras_models.training.fit_as_paper`'s runs, the CLI's)."""
+    if any(isinstance(c, StopOnNonFinite) for c in _listed(callbacks)):
+        return callbacks
     guard = NonFiniteGuard()
     if not isinstance(callbacks, keras.callbacks.CallbackList):
         return [*_listed(callbacks), guard]

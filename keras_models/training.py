@@ -293,6 +293,9 @@ def fit_as_paper(
         raise ValueError(f"fit_as_paper needs max_epochs of at least 1, got {max_epochs}.")
     if model.fit_in_closed_form(x_train, y_train):
         return None, {"epochs": 0, "early_stopped": True, "closed_form": True}
+    standardization = getattr(model, "standardization", None)
+    if standardization is not None and not standardization.adapted:
+        model.adapt(x_train, y_train)  # from the arrays: no pass of the pipeline, whose shuffles it would move
     _decide_xla(model, train_ds, patience, max_epochs)
     stopper = keras.callbacks.EarlyStopping(
         monitor="val_loss", patience=patience, restore_best_weights=True

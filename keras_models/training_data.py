@@ -25,7 +25,7 @@ Example:
 'x has 1 non-finite row (NaN or infinity) of 100: row 7'
 >>> x[7, 1], x[:, 2] = 0.0, 5.0
 >>> survey_columns(x).problems()
-['x has a constant column: column 2 (every row 5.0)']
+['x has a constant column: column 2 (every row 5)']
 """
 
 from __future__ import annotations

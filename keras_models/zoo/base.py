@@ -27,8 +27,8 @@ L2 = 1e-6
 #: Where a flow's log tails start (`tfp_maf.LogTails`), in the standardised columns' units
 #: (the data's, for a flow with ``standardize=False``): beyond it a row's distance
 #: reaches the networks as its logarithm, so a row far from the data scores finite.
-#: The paper's datasets lie within it (MNIST's logits within +-13.8), where the flow is
-#: exactly the paper's.
+#: Within it the flow is exactly the flow without them; the paper's protocol
+#: (`keras_models.experiment`) builds its flows without them.
 TAILS = 20.0
 #: The affine flows' and mixtures' default soft bound on their log-scales
 #: (`tfp_maf.math.soft_bound`): each is the network's own within +-4 (a scale from 1/55
