@@ -38,6 +38,10 @@ def test_tutorial_runs(script):
         assert result["replicas"] == 2 and result["epochs"] == 3
         first, second = result["worker_log_likelihoods"]
         assert first == second and math.isfinite(first)
+    if script.name == "06_own_table.py":  # the raw table trains, and every score is finite
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result["finite"] and math.isfinite(result["held_out_log_likelihood"])
+        assert all(0.5 < auc <= 1.0 for auc in result["roc_auc"].values())
 
 
 def test_there_are_tutorials():
