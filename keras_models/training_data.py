@@ -166,7 +166,7 @@ def check_training_data(model, given: dict, stream: bool = True) -> tuple[Column
     A dataset is read by a pass of its own (as it streams, in batches) where ``stream``:
     ``fit`` asks for one where a flow needs its standardisation statistics. Otherwise
     its rows are checked by the training step itself: a step whose loss is not finite
-    (a NaN row, say) makes no update and stops ``fit``
+    (a NaN row, say) updates from zero gradients and stops ``fit``
     (`keras_models.keras_loop.NonFiniteGuard`).
 
     Raises:

@@ -168,7 +168,7 @@ def test_dequantized_columns_get_noise_in_training_only():
         km.MAF(2, dequantize=[2])
 
 
-def test_a_non_finite_step_stops_fit_and_keeps_the_last_finite_weights(tmp_path):
+def test_a_non_finite_step_stops_fit_and_keeps_the_weights_finite(tmp_path):
     x = np.random.default_rng(0).normal(size=(1000, 2)).astype(np.float32)
     model = km.MAF(2, num_layers=1, hidden_units=[8])
     model.compile(optimizer=keras.optimizers.Adam(1e-3))
