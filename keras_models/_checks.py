@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["batch_shape", "by_name", "check_compiled", "check_count", "check_data", "check_policy",
+__all__ = ["batch_shape", "by_name", "check_compiled", "check_count", "check_data", "check_optimizer", "check_policy",
            "check_sample_y", "check_save_path", "check_seed", "check_whole_executions", "check_x", "check_y",
            "floatx_of", "unpack", "UNUSED_COMPILE_ARGUMENTS", "weights_kept"]
 
@@ -308,6 +308,31 @@ def check_save_path(model, filepath) -> None:
 #: What Keras' ``compile`` takes that a density model's steps never compute: its loss is
 #: its mean negative log-likelihood (plus ``model.losses``), reported as ``loss``.
 UNUSED_COMPILE_ARGUMENTS = ("loss", "loss_weights", "metrics", "weighted_metrics")
+
+
+def check_optimizer(model) -> None:
+    """Refuses an optimizer known to turn a flow's weights to NaN in the model's dtype:
+    Keras' `keras.optimizers.Adafactor` where ``epsilon_1 ** 2`` is within 1e6 of the
+    dtype's smallest normal number (its default 1e-30, in float32; 1e-15 passes).
+
+    Adafactor's factored second moment of an entry is ``r_i c_j / mean(r)``, each factor
+    at least ``epsilon_1``; where row ``i`` and column ``j`` of a gradient are both zero
+    (a MADE's masks zero whole columns of the output kernel, a dead ReLU unit a row) the
+    product underflows to 0, the update is 0 / 0, and its clipping by the update's RMS
+    spreads the NaN over the whole kernel: a MAF's weights were NaN after its first step,
+    with a finite loss (`tests/test_optimizers.py` shows it on a bare variable)."""
+    optimizer = getattr(model, "optimizer", None)
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
+    if type(optimizer) is not keras.optimizers.Adafactor:
+        return
+    epsilon = float(optimizer.epsilon_1)
+    smallest = float(np.finfo(np.dtype(model.compute_dtype)).tiny) * 1e6  # room for r_i / mean(r)
+    if epsilon * epsilon < smallest:
+        raise ValueError(
+            f"{model.name} cannot train with keras.optimizers.Adafactor(epsilon_1={epsilon:g}) in "
+            f"{model.compute_dtype}: where a row and a column of a gradient are zero (a MADE's masks and dead "
+            f"units make them) its second moment epsilon_1 ** 2 underflows to 0 and the update is NaN. Pass "
+            f"epsilon_1={10.0 ** np.ceil(np.log10(np.sqrt(smallest))):.0e} or more.")
 
 
 def check_compiled(model) -> None:

@@ -66,6 +66,7 @@ class KerasLoop(keras.Model):
         kwargs = _checks.weights_kept(self, kwargs)
         _check_training_rows(self, kwargs)
         _checks.check_compiled(self)
+        _checks.check_optimizer(self)
         # The data at the door: refused with the reason before a step can ruin the weights,
         # and the flows' standardisation statistics from the same pass (the first fit).
         _checks.check_data(self, super().fit, (), kwargs)
@@ -105,6 +106,7 @@ class KerasLoop(keras.Model):
         takes them from more rows). Arguments are Keras'."""
         given = _checks.weights_kept(self, _checks.by_name(super().train_on_batch, args, kwargs))
         _checks.check_compiled(self)
+        _checks.check_optimizer(self)
         x = _rows_input(given.get("x"))
         if hasattr(x, "shape") and len(x.shape) > 1 and x.shape[0] == 1 and batch_norm_layers(self):
             raise ValueError(  # as fit refuses batches of one row (`_check_training_rows`)
@@ -329,6 +331,18 @@ def with_nonfinite_guard(model, callbacks):
     return callbacks
 
 
+#: The optimizers (these classes, not their subclasses) whose update of an entry is zero
+#: wherever its gradients have always been zero: each moment, accumulator and decay is
+#: elementwise, and a scale is one number per variable (Lamb's trust ratio, Adafactor's
+#: clipping). Muon is not one. `tests/test_optimizers.py` trains a flow with each of
+#: Keras' optimizers and checks the masked entries stay zero.
+ELEMENTWISE_OPTIMIZERS = frozenset([FusedAdam, *(
+    getattr(keras.optimizers, name) for name in (
+        "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Adafactor", "Ftrl",
+        "Lion", "Lamb", "ScheduleFreeAdamW", "LossScaleOptimizer")
+    if hasattr(keras.optimizers, name))])  # (Lamb and ScheduleFreeAdamW are newer than Keras 3.10)
+
+
 @contextlib.contextmanager
 def _projections_set_aside(optimizer, variables):
     """Within it, where ``optimizer`` is one of Keras' (or `FusedAdam`), the masked
@@ -338,11 +352,11 @@ def _projections_set_aside(optimizer, variables):
 
     The kernels hold zeros outside their masks and the step masks their gradients
     (`tfp_maf.layers.mask_gradients`): an update that is zero wherever the gradients
-    have always been zero, as every optimizer of Keras' makes (Adam, SGD with momentum,
-    decoupled weight decay, Lion, Ftrl, ...), keeps those zeros. Another optimizer (one
-    that adds noise, say) keeps the projection."""
+    have always been zero, as each of `ELEMENTWISE_OPTIMIZERS` makes, keeps those zeros.
+    Any other optimizer keeps the projection: Keras' `Muon`, whose orthogonalised
+    updates fill a whole matrix, a subclass or a user's own (one that adds noise, say)."""
     optimizers = (optimizer, getattr(optimizer, "inner_optimizer", optimizer))  # mixed precision wraps one
-    if not all(type(o).__module__.split(".")[0] == "keras" or isinstance(o, FusedAdam) for o in optimizers):
+    if not all(type(o) in ELEMENTWISE_OPTIMIZERS for o in optimizers):
         yield
         return
     with _cleared([v for v in variables if isinstance(getattr(v, "constraint", None), KernelMask)], "constraint"):

@@ -1,5 +1,7 @@
-"""`keras_models.optimizers.FusedAdam`: Adam's update, one op per variable."""
+"""`keras_models.optimizers.FusedAdam`: Adam's update, one op per variable; and every
+optimizer Keras ships training a flow that stays autoregressive."""
 
+import inspect
 import os
 
 import keras
@@ -9,6 +11,7 @@ import tensorflow as tf
 
 import keras_models
 from keras_models.optimizers import FusedAdam
+from tfp_maf.layers.gradient_masks import KernelMask
 
 # Keras keeps the step size in a float32 variable, whatever the model's dtype.
 LEARNING_RATE = float(np.float32(0.1))
@@ -103,3 +106,82 @@ def test_same_variables_and_config_as_keras_adam(tmp_path):
 def test_compile_as_paper_uses_it():
     model = keras_models.training.compile_as_paper(keras_models.MADE(2, hidden_units=[8]), "made")
     assert type(model.optimizer) is FusedAdam
+
+
+class _NoisySGD(keras.optimizers.SGD):
+    """A user's own optimizer: SGD whose update has noise in every entry."""
+
+    def update_step(self, gradient, variable, learning_rate):
+        super().update_step(gradient + 1e-3 * tf.random.normal(tf.shape(gradient), dtype=gradient.dtype),
+                            variable, learning_rate)
+
+
+def _keras_optimizers():
+    """``{name: optimizer}`` for every optimizer class `keras.optimizers` exports (at
+    step size 1e-3), the wrappers wrapping Keras' Muon (the one whose updates are not
+    elementwise), and a user's own."""
+    wrappers = ("Optimizer", "LossScaleOptimizer", "MultiOptimizer")
+    classes = {name: value for name, value in vars(keras.optimizers).items()
+               if inspect.isclass(value) and issubclass(value, keras.optimizers.Optimizer) and name not in wrappers}
+    # Adafactor's default epsilon_1 underflows in float32 (refused: test below).
+    made = {name: cls(learning_rate=1e-3, **({"epsilon_1": 1e-15} if name == "Adafactor" else {}))
+            for name, cls in classes.items()}
+    made["LossScaleOptimizer(Muon)"] = keras.optimizers.LossScaleOptimizer(keras.optimizers.Muon(1e-3))
+    made["user's NoisySGD"] = _NoisySGD(1e-3, name="noisy_sgd")
+    return made
+
+
+OPTIMIZERS = sorted(_keras_optimizers())
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_every_optimizer_keeps_the_flow_autoregressive(name):
+    # Muon orthogonalises each 2-D update, filling the masked entries: a flow that kept
+    # them zero only through the optimizer's update scored a function that is no density.
+    assert "Muon" in OPTIMIZERS and "Lion" in OPTIMIZERS
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(600, 4)).astype(np.float32)
+    x[:, 1] += x[:, 0] ** 2
+    keras.utils.set_random_seed(0)
+    model = keras_models.MAF(4, hidden_units=[32, 32], num_layers=2)
+    model.compile(optimizer=_keras_optimizers()[name])
+    history = model.fit(x, batch_size=100, epochs=3, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"])) and len(history.history["loss"]) == 3
+    masked = [(v, np.asarray(v.constraint.mask) == 0) for v in model.trainable_variables
+              if isinstance(getattr(v, "constraint", None), KernelMask)]
+    assert len(masked) == 2 * 3  # each MADE's 2 hidden kernels and its output kernel
+    for variable, outside in masked:
+        assert np.all(variable.numpy()[outside] == 0), variable.path
+    # And so the flow's log-determinant (the diagonal's, as a triangular Jacobian has it)
+    # is that of its whole Jacobian, by autodiff: the density is normalised.
+    rows = tf.constant(x[:8])
+    bijector = model.distribution().bijector
+    with tf.GradientTape() as tape:
+        tape.watch(rows)
+        u = bijector.inverse(rows)
+    _, log_det = np.linalg.slogdet(tape.batch_jacobian(u, rows).numpy().astype(np.float64))
+    np.testing.assert_allclose(bijector.inverse_log_det_jacobian(rows, event_ndims=1).numpy(), log_det,
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_keras_adafactor_itself_gives_nan_where_a_row_and_a_column_are_zero():
+    # Its factored second moment r_i c_j / mean(r), each at least epsilon_1 = 1e-30,
+    # underflows in float32 at a zero row and a zero column: 0 / 0. A MADE's masks zero
+    # whole columns of its output kernel and a dead ReLU unit zeroes a row.
+    gradient = np.ones((4, 3), np.float32)
+    gradient[0, :] = gradient[:, 0] = 0.0
+    for epsilon_1, finite in ((1e-30, False), (1e-15, True)):
+        w = keras.Variable(np.zeros((4, 3), np.float32))
+        keras.optimizers.Adafactor(1e-3, epsilon_1=epsilon_1).apply([tf.constant(gradient)], [w])
+        assert np.all(np.isfinite(w.numpy())) == finite
+
+
+def test_fit_refuses_adafactor_where_its_epsilon_underflows():
+    model = keras_models.MAF(2, num_layers=1, hidden_units=[8])
+    model.compile(optimizer=keras.optimizers.Adafactor(1e-3))
+    x = np.random.default_rng(0).normal(size=(64, 2)).astype(np.float32)
+    with pytest.raises(ValueError, match=r"Adafactor\(epsilon_1=1e-30\) in float32.*epsilon_1=1e-15 or more"):
+        model.fit(x, verbose=0)
+    with pytest.raises(ValueError, match="epsilon_1=1e-15 or more"):
+        model.train_on_batch(x)
+    assert np.all([np.all(w == 0) or np.all(np.isfinite(w)) for w in model.get_weights()])
