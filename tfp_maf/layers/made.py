@@ -72,6 +72,20 @@ def check_conditional_input_layers(value: str) -> str:
     return value
 
 
+def _explicit_degrees(hidden_degrees, hidden_units, D: int) -> list[np.ndarray]:
+    """Given degrees, one sequence per hidden layer, checked: as many as the layers, each
+    as long as its layer, each degree in ``[1, max(D - 1, 1)]``."""
+    degrees = [np.asarray(d) for d in hidden_degrees]
+    top = max(D - 1, 1)
+    if len(degrees) != len(hidden_units) or any(
+            d.shape != (units,) or not np.issubdtype(d.dtype, np.integer) or d.size and (d.min() < 1 or d.max() > top)
+            for d, units in zip(degrees, hidden_units)):
+        raise ValueError(
+            f"hidden_degrees must be 'sequential', 'random' or one sequence of integers in [1, {top}] per hidden "
+            f"layer, of the layer's width {list(hidden_units)}; got {hidden_degrees!r}.")
+    return [d.astype(np.int64) for d in degrees]
+
+
 @keras.saving.register_keras_serializable(package="tfp_maf")
 class MADENetwork(keras.layers.Layer):
     """Masked autoencoder giving the parameters of each conditional of ``x``.
@@ -91,7 +105,9 @@ class MADENetwork(keras.layers.Layer):
       order: ``"left-to-right"``, ``"right-to-left"``, ``"random"`` or an
         explicit permutation (see `tfp_maf.masks.order_permutation`).
       hidden_degrees: ``"sequential"`` (the paper) or ``"random"``
-        (Germain et al.; the paper's CIFAR-10 setting).
+        (Germain et al.; the paper's CIFAR-10 setting), or the degrees themselves, one
+        sequence of integers in ``[1, max(D - 1, 1)]`` per hidden layer. A config
+        saves random ones (and a random order) as the integers drawn.
       conditional_dims: width ``K`` of the side information ``y``, or ``None``.
       conditional_input_layers: which layers ``y`` feeds (through weights of its own,
         unmasked: ``y`` precedes every ``x_i`` in the order): ``"all_layers"`` (the
@@ -154,9 +170,9 @@ class MADENetwork(keras.layers.Layer):
         an int >= 1, ``kernel_blocks_device`` is not a device kind,
         ``scale_parameterization`` is neither ``"log_scale"`` nor ``"log_precision"``
         (or is not ``"log_scale"`` with ``params``), ``order`` is not
-        an order, ``hidden_degrees`` is not a method, or a hidden layer has no
-        units; at call time, if the last axis of ``x`` is not ``D``, or ``y`` is
-        missing, unexpected or of the wrong width.
+        an order, ``hidden_degrees`` is neither a method nor degrees of the layers'
+        widths, or a hidden layer has no units; at call time, if the last axis of
+        ``x`` is not ``D``, or ``y`` is missing, unexpected or of the wrong width.
 
     Example:
 
@@ -197,7 +213,7 @@ class MADENetwork(keras.layers.Layer):
         num_components: int | None = None,
         activation="relu",
         order: str | Sequence[int] = "left-to-right",
-        hidden_degrees: str = "sequential",
+        hidden_degrees: str | Sequence[Sequence[int]] = "sequential",
         conditional_dims: int | None = None,
         conditional_input_layers: str = "all_layers",
         seed: int | None = None,
@@ -245,11 +261,15 @@ class MADENetwork(keras.layers.Layer):
         D = self.event_size
         self.permutation = masks.order_permutation(D, order, seed)
         self.input_degrees = masks.input_degrees(D, self.permutation)
-        degrees, prev = [], self.input_degrees
-        for layer_index, units in enumerate(self.hidden_units):
-            layer_seed = None if seed is None else seed + 1 + layer_index
-            prev = masks.hidden_degrees(units, D, hidden_degrees, prev, layer_seed)
-            degrees.append(prev)
+        if isinstance(hidden_degrees, str):
+            degrees, prev = [], self.input_degrees
+            for layer_index, units in enumerate(self.hidden_units):
+                layer_seed = None if seed is None else seed + 1 + layer_index
+                prev = masks.hidden_degrees(units, D, hidden_degrees, prev, layer_seed)
+                degrees.append(prev)
+        else:  # the integers a config saved (`get_config`), or a user's own
+            degrees = _explicit_degrees(hidden_degrees, self.hidden_units, D)
+            self.hidden_degrees = [d.tolist() for d in degrees]
         self.degrees = degrees
         self.masks = masks.made_masks(self.input_degrees, degrees)
 
@@ -398,8 +418,10 @@ class MADENetwork(keras.layers.Layer):
             hidden_units=self.hidden_units,
             num_components=self.num_components,
             activation=keras.activations.serialize(self.activation),
-            order=self.order,
-            hidden_degrees=self.hidden_degrees,
+            # A random order or random degrees are saved as the integers drawn, so that the
+            # network loads as it was saved whether or not a seed drew them.
+            order=self.permutation.tolist() if self.order == "random" else self.order,
+            hidden_degrees=[d.tolist() for d in self.degrees] if self.hidden_degrees == "random" else self.hidden_degrees,
             conditional_dims=self.conditional_dims,
             conditional_input_layers=self.conditional_input_layers,
             seed=self.seed,
