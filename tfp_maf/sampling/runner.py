@@ -126,13 +126,19 @@ def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, 
     if key is None or getattr(_WITHOUT_XLA, "active", False):
         first = tf.nest.flatten(noise)[0]
         prepared = lay_out(structure, layout.shape, weights, first.dtype, tables)
-        run = lambda: run_loop(structure, layout.shape, emit, noise, conditional_input, prepared, tables)  # noqa: E731
         # No rows: TF's loop would scatter into an empty state, which it refuses (XLA's does not).
         rows = tf.shape(first)[1]
         known = tf.get_static_value(rows)
         if known is not None:
-            return run() if known > 0 else _no_rows(structure, first.dtype)
-        return tf.cond(rows > 0, run, lambda: _no_rows(structure, first.dtype))
+            if known == 0:
+                return _no_rows(structure, first.dtype)
+            return run_loop(structure, layout.shape, emit, noise, conditional_input, prepared, tables)
+        # A batch of unknown size gets one zero row, dropped after, rather than a tf.cond
+        # on its size: a cond's gradient holds FakeParam ops, which XLA cannot compile (the
+        # gradient of an IAF's log_prob under jit_compile runs this pass).
+        padded = tf.nest.map_structure(lambda t: _pad_axis(t, 1, 1), noise)
+        y = None if conditional_input is None else _pad_axis(conditional_input, 0, 1)
+        return tuple(o[:rows] for o in run_loop(structure, layout.shape, emit, padded, y, prepared, tables))
     outer = _compiled(structure.sizes(), schedule, layout.shape, emit, key).outer
     compiled = lambda noise_, y_, weights_: outer(noise_, y_, weights_, tables)  # noqa: E731
     frozen = lambda t: None if t is None else tf.stop_gradient(t)  # noqa: E731
