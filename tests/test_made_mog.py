@@ -87,3 +87,27 @@ def test_wrong_head_raises():
         MaskedAutoregressive(MADENetwork(2, [4], num_components=2))
     with pytest.raises(ValueError, match=r"2 variables.*\[3, 5\]"):
         _mog().log_prob(tf.zeros([3, 5]))
+
+
+def test_sample_within_full_passes_is_the_converters_graph():
+    # Within full_passes a sample is the textbook loop of D full passes: no switch_case
+    # (the compiled sampler's choice of chunk size), which neither tf2onnx nor LiteRT's
+    # converter takes. The sample path ignored it; sample_from_noise followed it.
+    from tfp_maf import sampling
+
+    made = MADENetwork(3, hidden_units=[8], num_components=2, seed=0)
+    randomize_weights(made, seed=1, scale=0.3)
+    dist = MADEMoG(made)
+
+    def op_types(function):  # of a signature's graph: a batch of any size, as exports trace
+        graph = tf.function(function, input_signature=[tf.TensorSpec([], tf.int32)]).get_concrete_function()
+        definition = graph.graph.as_graph_def()
+        return {node.op for node in definition.node} | {
+            node.op for inner in definition.library.function for node in inner.node_def}  # bodies of loops
+
+    draw = lambda n: dist.sample(n, seed=[1, 2])  # noqa: E731
+    assert {"Case", "StatelessCase"} & op_types(draw)  # the compiled sampler, as a rule
+    with sampling.full_passes():
+        assert not {"Case", "StatelessCase"} & op_types(draw)
+        inside = dist.sample(5, seed=[1, 2])
+    np.testing.assert_allclose(inside, draw(5), rtol=1e-5, atol=1e-5)

@@ -224,7 +224,8 @@ class MADEMoG(LayerVariables, tfd.Distribution):
             dtype=self.dtype,
         )
         gumbel = -tf.math.log(-tf.math.log(uniform))
-        if sampling.can_sample(self._made):  # a tfp_maf MADE
+        # A tfp_maf MADE, unless the graph is for a converter (`tfp_maf.sampling.full_passes`).
+        if sampling.can_sample(self._made) and not sampling.full_passes_active():
             return self._mask_aware_sample(shape, gumbel, normal, conditional_input)
         return self._plain_sample(shape, gumbel, normal, conditional_input)
 
