@@ -79,7 +79,7 @@ def _explicit_degrees(hidden_degrees, hidden_units, D: int) -> list[np.ndarray]:
     top = max(D - 1, 1)
     if len(degrees) != len(hidden_units) or any(
             d.shape != (units,) or not np.issubdtype(d.dtype, np.integer) or d.size and (d.min() < 1 or d.max() > top)
-            for d, units in zip(degrees, hidden_units)):
+            for d, units in zip(degrees, hidden_units, strict=True)):
         raise ValueError(
             f"hidden_degrees must be 'sequential', 'random' or one sequence of integers in [1, {top}] per hidden "
             f"layer, of the layer's width {list(hidden_units)}; got {hidden_degrees!r}.")
@@ -421,7 +421,8 @@ class MADENetwork(keras.layers.Layer):
             # A random order or random degrees are saved as the integers drawn, so that the
             # network loads as it was saved whether or not a seed drew them.
             order=self.permutation.tolist() if self.order == "random" else self.order,
-            hidden_degrees=[d.tolist() for d in self.degrees] if self.hidden_degrees == "random" else self.hidden_degrees,
+            hidden_degrees=(
+                [d.tolist() for d in self.degrees] if self.hidden_degrees == "random" else self.hidden_degrees),
             conditional_dims=self.conditional_dims,
             conditional_input_layers=self.conditional_input_layers,
             seed=self.seed,
