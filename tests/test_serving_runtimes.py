@@ -219,6 +219,16 @@ def test_onnx_runtime_and_litert_give_the_models_values(family, conditional, tmp
         _close(onnx_out, expected[endpoint], "float32", f"{family}: ONNX Runtime {endpoint}")
         lite_out = litert.get_signature_runner(endpoint)(**inputs)[output]
         _close(lite_out, expected[endpoint], "float32", f"{family}: LiteRT {endpoint}")
+    # Rows far from the data (1e2 to 1e8 along a ray) score finite in both runtimes, as in
+    # Python: the log tails and the log-scale bound convert with the flow.
+    far = {"x": np.outer([1e2, 1e4, 1e6, 1e7, 1e8], np.linspace(1.0, -0.5, D)).astype(np.float32)[:N],
+           **({"y": feeds["y"]} if conditional else {})}
+    want = model.log_prob(far["x"], far.get("y")).numpy()
+    assert np.all(np.isfinite(want)), (family, want)
+    (onnx_far,) = onnxruntime.InferenceSession(files["onnx"]["log_prob"]).run(["log_prob"], far)
+    _close(onnx_far, want, "float32", f"{family}: ONNX Runtime log_prob far from the data")
+    _close(litert.get_signature_runner("log_prob")(**far)["log_prob"], want, "float32",
+           f"{family}: LiteRT log_prob far from the data")
 
 
 def test_model_export_writes_onnx_and_litert_files(tmp_path):
