@@ -252,7 +252,7 @@ def _apply_if_finite(model, total, gradients, variables) -> None:
     move the weights as after a zero gradient).
 
     Zeros rather than a `tf.cond` around the update: the branch kept XLA from fusing the
-    update into the step (a MAF (5) of 2 x 512 at batch 100: 11.6 ms a step against 10.5),
+    update into the step (a MAF (5) of 2 x 512 at batch 100: about 10% of a step),
     and under `tf.distribute` the optimizer's all-reduce cannot sit in a branch."""
     finite = tf.math.is_finite(total)
     if not tf.distribute.has_strategy():  # a replica would need the variable mirrored
@@ -345,7 +345,7 @@ ELEMENTWISE_OPTIMIZERS = frozenset([FusedAdam, *(
 
 @contextlib.contextmanager
 def _projections_set_aside(optimizer, variables):
-    """Within it, where ``optimizer`` is one of Keras' (or `FusedAdam`), the masked
+    """Within it, where ``optimizer`` is one of `ELEMENTWISE_OPTIMIZERS`, the masked
     kernels have no constraint, so that its ``apply`` leaves out the projection
     ``w * mask`` and its assignment after the update: 15 products and 15 writes a step
     of a MAF (5), about 3% of a small one's step.
