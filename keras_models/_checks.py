@@ -3,7 +3,6 @@ expected and what came, before TensorFlow would fail somewhere deeper (or not at
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import operator
 import os
@@ -16,7 +15,7 @@ import tensorflow as tf
 
 __all__ = ["batch_shape", "by_name", "check_compiled", "check_count", "check_data", "check_optimizer", "check_policy",
            "check_sample_y", "check_save_path", "check_seed", "check_whole_executions", "check_x", "check_y",
-           "floatx_of", "unpack", "UNUSED_COMPILE_ARGUMENTS", "weights_kept"]
+           "in_model_dtype", "unpack", "UNUSED_COMPILE_ARGUMENTS", "weights_kept"]
 
 
 def unpack(data):
@@ -37,24 +36,81 @@ def unpack(data):
     return x, y, sample_weight
 
 
-@contextlib.contextmanager
-def floatx_of(model):
-    """``keras.config.floatx()`` set to the model's dtype for the duration (callbacks
-    included: a variable they create without a dtype takes the model's).
+def in_model_dtype(model, method, kwargs) -> dict:
+    """``kwargs`` of Keras' ``fit``, ``evaluate`` or ``predict`` with their arrays given as a
+    `tf.data.Dataset` of the model's dtype, when that is not ``keras.config.floatx()``.
 
-    Keras' adapters for NumPy arrays and tensors cast floating-point data to
-    ``floatx()``: without this a float64 model fed float64 arrays by ``fit``,
-    ``evaluate`` or ``predict`` would see them rounded to float32 (``predict`` then
-    differs from ``log_prob`` by 1e-7 where it should by 1e-15)."""
-    floatx, dtype = keras.config.floatx(), model.compute_dtype
-    if dtype == floatx:
-        yield
-        return
-    keras.config.set_floatx(dtype)
-    try:
-        yield
-    finally:
-        keras.config.set_floatx(floatx)
+    Keras' adapters for NumPy arrays and tensors cast floating-point data to ``floatx()``:
+    a float64 model fed float64 arrays would see them rounded to float32 (``predict``
+    then differs from ``log_prob`` by 1e-7 where it should by 1e-15). A dataset is not
+    cast, and no process-wide setting changes for the call (another thread's models, a
+    callback's, keep their floatx). The dataset is what Keras makes of arrays: batches of
+    ``batch_size`` (32 if none), shuffled each epoch as ``shuffle`` says (``fit``), the last
+    ``validation_split`` of the rows held out before shuffling, and ``validation_data``'s
+    arrays in batches of ``validation_batch_size``. Datasets, generators and
+    `keras.utils.PyDataset` pass as they came."""
+    dtype = model.compute_dtype
+    if dtype == keras.config.floatx() or not _arrays(kwargs.get("x")):
+        return kwargs
+    name = method.__name__
+    if name not in ("fit", "evaluate", "predict"):  # train_on_batch, test_on_batch: not cast
+        return kwargs
+    kwargs = dict(kwargs)
+    batch_size = kwargs.pop("batch_size", None) or 32
+    rows = _in_dtype((kwargs.pop("x"), kwargs.pop("y", None), kwargs.pop("sample_weight", None)), dtype)
+    if name != "fit":
+        kwargs["x"] = _dataset(rows).batch(batch_size)
+        return kwargs
+    split = kwargs.pop("validation_split", 0.0) or 0.0
+    validation = kwargs.pop("validation_data", None)
+    if split and validation is None:  # as Keras: validation_data overrides the split
+        n = len(tf.nest.flatten(rows)[0])
+        at = int(np.floor(n * (1.0 - split)))  # as Keras' train_validation_split
+        validation = tuple(None if a is None else tf.nest.map_structure(lambda v: v[at:], a) for a in rows)
+        rows = tuple(None if a is None else tf.nest.map_structure(lambda v: v[:at], a) for a in rows)
+    elif _arrays(validation):
+        given = tuple(validation) if isinstance(validation, (tuple, list)) else (validation,)
+        validation = _in_dtype(keras.utils.unpack_x_y_sample_weight(given), dtype)
+    if _arrays(validation):
+        validation = _dataset(validation).batch(kwargs.pop("validation_batch_size", None) or batch_size)
+    shuffle = kwargs.pop("shuffle", True)
+    train = _dataset(rows)
+    count = len(tf.nest.flatten(rows)[0])
+    if shuffle == "batch":  # Keras: the batches' order
+        train = train.batch(batch_size)
+        train = train.shuffle(-(-count // batch_size), reshuffle_each_iteration=True)
+    else:
+        train = (train.shuffle(count, reshuffle_each_iteration=True) if shuffle else train).batch(batch_size)
+    kwargs.update(x=train, shuffle=False)
+    if validation is not None:
+        kwargs["validation_data"] = validation
+    return kwargs
+
+
+def _arrays(x) -> bool:
+    """Whether ``x`` is arrays (NumPy, tensors, lists, a DataFrame; nested or not), which
+    Keras' array adapter would cast, rather than a stream."""
+    stream = (tf.data.Dataset, types.GeneratorType, keras.utils.PyDataset)
+    return x is not None and not isinstance(x, stream) and not callable(getattr(x, "__next__", None))
+
+
+def _in_dtype(arrays, dtype):
+    """``(x, y, sample_weight)`` as NumPy arrays, floating ones in ``dtype`` (as Keras casts
+    them to floatx), without the trailing parts that are None."""
+    def cast(a):
+        a = np.asarray(a)
+        return a.astype(dtype) if np.issubdtype(a.dtype, np.floating) else a
+    arrays = list(arrays)
+    while arrays and arrays[-1] is None:
+        arrays.pop()
+    return tuple(None if a is None else tf.nest.map_structure(cast, a) for a in arrays)
+
+
+def _dataset(rows) -> tf.data.Dataset:
+    """The rows of ``(x, y, sample_weight)`` as a dataset of Keras' step structure."""
+    if len(rows) == 3 and rows[1] is None:  # sample weights without y: Keras' (x, None, w)
+        return tf.data.Dataset.from_tensor_slices((rows[0], rows[2])).map(lambda x, w: (x, None, w))
+    return tf.data.Dataset.from_tensor_slices(rows)
 
 
 def check_x(model, x):

@@ -285,8 +285,8 @@ def test_a_float64_global_policy_gives_a_float64_model():
 
 @pytest.mark.parametrize("as_tensor", [False, True], ids=["numpy", "tensor"])
 def test_a_float64_model_fed_arrays_sees_float64(as_tensor):
-    # Keras casts float arrays and tensors to floatx() (float32): the model sets floatx
-    # to its dtype for the call, and puts it back.
+    # Keras casts float arrays and tensors to floatx() (float32): the model hands them
+    # to Keras as a dataset of its dtype, and changes no process-wide setting.
     model = _model("maf5", conditional=True, dtype="float64")
     x, y = _data(True, "float64")
     x = x * 1e-4 + 1.0  # differences float32 cannot hold
@@ -296,8 +296,21 @@ def test_a_float64_model_fed_arrays_sees_float64(as_tensor):
     log_p = model.log_prob(x, y)
     np.testing.assert_allclose(model.predict((x, y), batch_size=20, verbose=0), log_p, rtol=1e-13)
     np.testing.assert_allclose(model.evaluate(x, y, batch_size=40, verbose=0), -np.mean(log_p), rtol=1e-13)
-    model.fit(x, y, epochs=1, batch_size=20, verbose=0, validation_data=(x, y))
-    assert keras.config.floatx() == "float32"
+    seen = []
+    look = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_: seen.append(keras.config.floatx()))
+    history = model.fit(x, y, epochs=1, batch_size=20, verbose=0, validation_data=(x, y), callbacks=[look])
+    assert set(seen) == {"float32"} and len(seen) == 2
+    np.testing.assert_allclose(history.history["val_loss"][0], -np.mean(model.log_prob(x, y)), rtol=1e-13)
+    # Keras' array semantics kept: the split's last rows held out, weights, batches, shuffles.
+    weights = np.linspace(0.5, 1.5, len(x))
+    for fits, shuffle in enumerate((True, "batch", False), start=1):
+        history = model.fit(x, y, sample_weight=weights, validation_split=0.25, batch_size=10, epochs=1,
+                            shuffle=shuffle, verbose=0, callbacks=[look])
+        assert len(seen) == 2 + 3 * fits  # 30 rows trained on, in batches of 10
+        held = slice(30, None)
+        expected = -np.average(model.log_prob(x[held], y[held]), weights=weights[held])
+        np.testing.assert_allclose(history.history["val_loss"][0], expected, rtol=1e-12)
+    assert set(seen) == {"float32"}
     with pytest.raises(ValueError, match=r"expected x with 3 columns, got shape \[40, 2\]"):
         model.fit(x[:, :2], y, verbose=0)
     assert keras.config.floatx() == "float32"

@@ -168,21 +168,36 @@ def test_dequantized_columns_get_noise_in_training_only():
         km.MAF(2, dequantize=[2])
 
 
-def test_a_non_finite_step_stops_fit_and_keeps_the_weights_finite(tmp_path):
+def test_a_non_finite_step_stops_fit_on_the_last_finite_weights(tmp_path):
     x = np.random.default_rng(0).normal(size=(1000, 2)).astype(np.float32)
     model = km.MAF(2, num_layers=1, hidden_units=[8])
     model.compile(optimizer=keras.optimizers.Adam(1e-3))
     model.fit(x, batch_size=100, epochs=1, verbose=0)  # statistics set: later datasets are not read ahead
+    twin = km.MAF(2, num_layers=1, hidden_units=[8])
+    twin(x[:2])
+    twin.set_weights(model.get_weights())
     poisoned = x.copy()
-    poisoned[650] = np.nan
+    poisoned[650] = np.nan  # in the 7th batch of 100
+    batches = tf.data.Dataset.from_tensor_slices(poisoned).batch(100)
     checkpoint = str(tmp_path / "best.keras")
+    seen = []
+    keep = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: seen.append(model.get_weights()))
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
     with pytest.warns(NonFiniteLossWarning, match="epoch 1, step 7 "):
-        history = model.fit(tf.data.Dataset.from_tensor_slices(poisoned).batch(100), epochs=4, verbose=0,
-                            callbacks=[keras.callbacks.ModelCheckpoint(checkpoint)])
-    assert len(history.history["loss"]) == 1
+        history = model.fit(batches, epochs=4, verbose=0,
+                            callbacks=[keras.callbacks.ModelCheckpoint(checkpoint), keep])
+    assert len(history.history["loss"]) == 1 and len(seen) == 7
+    # Exactly the weights after the 6th step, the last finite one, in the model and its checkpoint.
     for weights in (model.get_weights(), keras.saving.load_model(checkpoint).get_weights()):
-        assert all(np.all(np.isfinite(w)) for w in weights)
+        for got, want in zip(weights, seen[5], strict=True):
+            np.testing.assert_array_equal(got, want)
     assert np.all(np.isfinite(model.log_prob(x[:10])))
+    # Steps run in one execution after the non-finite one change no weight either.
+    twin.compile(optimizer=keras.optimizers.Adam(1e-3), steps_per_execution=5)
+    with pytest.warns(NonFiniteLossWarning):
+        twin.fit(batches, epochs=1, verbose=0)
+    for got, want in zip(twin.get_weights(), seen[5], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
 def _cli(*args, cwd):
