@@ -297,7 +297,7 @@ def test_a_float64_model_fed_arrays_sees_float64(as_tensor):
     np.testing.assert_allclose(model.predict((x, y), batch_size=20, verbose=0), log_p, rtol=1e-13)
     np.testing.assert_allclose(model.evaluate(x, y, batch_size=40, verbose=0), -np.mean(log_p), rtol=1e-13)
     seen = []
-    look = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_: seen.append(keras.config.floatx()))
+    look = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_, **__: seen.append(keras.config.floatx()))
     history = model.fit(x, y, epochs=1, batch_size=20, verbose=0, validation_data=(x, y), callbacks=[look])
     assert set(seen) == {"float32"} and len(seen) == 2
     np.testing.assert_allclose(history.history["val_loss"][0], -np.mean(model.log_prob(x, y)), rtol=1e-13)
