@@ -119,7 +119,7 @@ class KerasLoop(keras.Model):
             for layer in batch_norm_layers(self):
                 layer.reset_epoch_moments(MIN_WINDOW)
             self.__dict__["_moments_by_batch"] = True
-        _nonfinite_step(self).assign(-1)  # each call one step: a non-finite one changes no weight
+        _nonfinite_step(self).assign(-1)  # each call its own: a non-finite batch stops no later one
         result = self._checked_call(super().train_on_batch, (), given, ())
         store_epoch_moments(self)
         return result
@@ -246,35 +246,23 @@ class KerasLoop(keras.Model):
 
 
 def _apply_if_finite(model, total, gradients, variables) -> None:
-    """The optimizer's update where the step's loss is finite and no earlier step of this
-    ``fit`` met a non-finite one; else the weights as they were before the step, and the
-    first such step's number in `_nonfinite_step` (`NonFiniteGuard` then stops ``fit``).
+    """The optimizer's update, from gradients that are zeros where the step's loss is not
+    finite or an earlier step of this ``fit`` met one; the first such step's number goes in
+    `_nonfinite_step` (`NonFiniteGuard` then stops ``fit``). No non-finite value reaches
+    the weights or the optimizer's state, so no checkpoint, backup or early stopping keeps
+    non-finite weights; a momentum (Adam's) still moves them as after a zero gradient.
 
-    ``fit`` so ends on the weights of the last finite step, exactly: the optimizer
-    updates from zero gradients there (no non-finite value reaches its state; its
-    momenta decay as after any zero gradient) and the weights it moved are put back.
-    Steps that run before ``fit`` stops (Keras' ``steps_per_execution``, callbacks read
-    in their own thread) change no weight either. No checkpoint, backup or early stopping
-    can keep non-finite weights.
-
-    Selections (`tf.where`) rather than a `tf.cond` around the update: the branch kept
-    XLA from fusing the update into the step (a MAF (5) of 2 x 512 at batch 100: about
-    10% of a step), and under `tf.distribute` the optimizer's all-reduce cannot sit in a
-    branch. There, a replica's variables are mirrored and cannot be put back from one
-    replica: its non-finite step updates from zero gradients only."""
+    Not an exact restore: a copy of the weights before each update cost 4 to 8% of a step
+    (MAF (5), 2 x 512, batch 100); a `tf.cond` around the update about 10% (XLA fused no
+    more), and under `tf.distribute` the all-reduce cannot sit in a branch."""
     finite = tf.math.is_finite(total)
-    kept = None
-    if not tf.distribute.has_strategy():
+    if not tf.distribute.has_strategy():  # a replica would need the variable mirrored
         flag = _nonfinite_step(model)
         finite &= flag < 0
         flag.assign(tf.where(finite | (flag >= 0), flag, tf.cast(model.optimizer.iterations, tf.int64)))
-        kept = [tf.identity(v) for v in variables]  # read before the update: ordered by TF
     gradients = [None if g is None else tf.where(finite, g, tf.zeros_like(g)) for g in gradients]
     with _projections_set_aside(model.optimizer, variables):
         model.optimizer.apply(gradients, variables)
-    if kept is not None:
-        for variable, value in zip(variables, kept, strict=True):
-            variable.assign(tf.where(finite, variable, value))
 
 
 def _nonfinite_step(model) -> tf.Variable:
@@ -299,8 +287,8 @@ def _dequantized(model, x):
 
 
 class NonFiniteGuard(keras.callbacks.Callback):
-    """Stops ``fit`` at the first step whose loss is not finite, which changed no weight
-    (`_apply_if_finite`), and says at which epoch and step. ``fit`` adds it.
+    """Stops ``fit`` at the first step whose loss is not finite, which updated from zero
+    gradients (`_apply_if_finite`), and says at which epoch and step. ``fit`` adds it.
 
     Read after each batch in Keras' thread for callbacks (``async_safe``), so the loop
     does not wait on it."""
