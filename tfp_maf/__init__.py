@@ -89,7 +89,7 @@ from tfp_maf.layers import (
     apply_masks,
 )
 
-__version__ = "0.5.0"
+__version__ = "0.5.1"
 
 __all__ = [
     "AffineCoupling",
