@@ -226,3 +226,18 @@ def test_the_plots_without_matplotlib_name_the_sbi_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     with pytest.raises(ImportError, match=r"needs the sbi extra"):
         sbi.plot_coverage([0, 1], [0, 1])
+
+
+@pytest.mark.parametrize("name", tasks.NAMES)
+def test_prior_log_prob_is_the_priors_density(name):
+    task = tasks.get(name)
+    theta = task.prior_sample(5, rng=0)
+    log_prob = task.prior_log_prob(theta)
+    assert log_prob.shape == (5,) and np.all(np.isfinite(log_prob)), name
+    if task.bounds is None:  # N(0, 0.1 I): a variance of 0.1
+        expected = -0.5 * np.sum(theta**2, axis=1) / 0.1 - 0.5 * task.theta_dim * np.log(2 * np.pi * 0.1)
+        np.testing.assert_allclose(log_prob, expected)
+    else:  # 1 / volume inside the box, 0 outside
+        low, high = task.bounds
+        np.testing.assert_allclose(log_prob, -np.sum(np.log(high - low)))
+        assert task.prior_log_prob(high + 0.1)[0] == -np.inf, name
