@@ -25,7 +25,8 @@ class MissingOptionalDependency(ImportError):
 
 def require(module_name: str, feature: str, extra: str = "paper") -> types.ModuleType:
     """Imports ``module_name`` for ``feature``, or raises `MissingOptionalDependency`
-    naming the extra that installs it (``"paper"``, or ``"portable"``: the converters).
+    naming the extra that installs it (``"paper"``; ``"portable"``: the converters;
+    ``"sbi"``: scikit-learn and matplotlib for `keras_models.sbi`).
 
     >>> require("math", "arithmetic").sqrt(4.0)
     2.0
@@ -34,6 +35,11 @@ def require(module_name: str, feature: str, extra: str = "paper") -> types.Modul
     ... except ImportError as err:
     ...     print(err)
     the frobnicator needs the paper extra: pip install "tfp-maf[paper]" (no module named 'no_such_module_xyz')
+    >>> try:
+    ...     require("no_such_module_xyz", "keras_models.sbi.c2st", extra="sbi")
+    ... except ImportError as err:
+    ...     print(err)
+    keras_models.sbi.c2st needs the sbi extra: pip install "tfp-maf[sbi]" (no module named 'no_such_module_xyz')
     """
     try:
         return importlib.import_module(module_name)
