@@ -42,6 +42,11 @@ def test_tutorial_runs(script):
         result = json.loads(done.stdout.strip().splitlines()[-1])
         assert result["finite"] and math.isfinite(result["held_out_log_likelihood"])
         assert all(0.5 < auc <= 1.0 for auc in result["roc_auc"].values())
+    if script.name == "07_simulation_based_inference.py":  # a posterior on the prior's box, served
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result["outside_prior"] == result["served_outside_prior"] == 0
+        assert result["served_log_prob_matches"] and result["served_imports"] == []
+        assert 0.0 <= result["coverage_gap"] <= 1.0
 
 
 def test_there_are_tutorials():
