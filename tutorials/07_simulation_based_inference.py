@@ -1,7 +1,7 @@
 """Simulation-based inference: a posterior from simulations alone (neural posterior
 estimation), its diagnostics, and a SavedModel that samples and scores it.
 
-Run it (a few minutes on 2 CPU cores; ``--fast`` for a short run, which is what the tests
+Run it (about five minutes on 2 CPU cores; ``--fast`` for a short run, which is what the tests
 execute; needs scikit-learn and matplotlib, the ``sbi`` extra):
 
     python tutorials/07_simulation_based_inference.py [--fast] [--out DIR]
