@@ -83,6 +83,11 @@ class ServedPosterior(tf.Module):
             spec([task.x_dim], tf.float32, name="x"), spec([], tf.int32, name="n"), spec([2], tf.int32, name="seed")])
         self.log_prob = tf.function(self._log_prob, input_signature=[
             spec([None, task.theta_dim], tf.float32, name="theta"), spec([None, task.x_dim], tf.float32, name="x")])
+        # The tf.Variables the signatures read, tracked as themselves (not only through the
+        # Keras variables that wrap them): TF Serving's session loader restores the tracked
+        # handles, as `keras_models.export` tracks them for the models' own exports.
+        self.read_variables = list({id(v): v for f in (self.sample, self.log_prob)
+                                    for v in f.get_concrete_function().variables}.values())
 
     def _sample(self, x, n, seed):
         return {"theta": posterior(self.model, self.box, x).sample(n, seed=seed)}
