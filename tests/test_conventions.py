@@ -25,6 +25,7 @@ from conftest import zoo_model
 
 import keras_models as km
 import tfp_maf
+from keras_models.optimizers import FusedAdam
 from keras_models.zoo import MODELS
 from tfp_maf.testing import randomize_weights
 
@@ -114,7 +115,7 @@ def test_keras_lifecycle_in_the_models_dtype(name, conditional, dtype, tmp_path)
         model.fit_closed_form(x, y)
         model.compile(jit_compile=False)  # to evaluate: nothing trains
     else:
-        model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+        model.compile(optimizer=FusedAdam(1e-3), jit_compile=False)
         history = model.fit(ds, epochs=1, verbose=0)
         assert np.isfinite(history.history["loss"][-1])
     assert {v.dtype for v in model.weights} == {dtype}
@@ -141,7 +142,7 @@ def test_every_keras_input_form_of_a_conditional_model():
     x, y = _data(True, n=60)
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(20)
     model = _model("maf5", conditional=True)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    model.compile(optimizer=FusedAdam(1e-3), jit_compile=False)
     fits = [
         lambda: model.fit(x, y, batch_size=20, epochs=1, verbose=0),
         lambda: model.fit((x, y), batch_size=20, epochs=1, verbose=0),
@@ -175,7 +176,7 @@ def test_everything_runs_under_tf_functions_run_eagerly(conditional):
     tf.config.run_functions_eagerly(True)
     try:
         np.testing.assert_allclose(model.log_prob(*args), expected, rtol=1e-5)
-        model.compile(optimizer=keras.optimizers.Adam(1e-3))
+        model.compile(optimizer=FusedAdam(1e-3))
         model.fit(*args, batch_size=20, epochs=1, verbose=0)
         log_p = model.log_prob(*args).numpy()
         np.testing.assert_allclose(model.evaluate(*args, batch_size=20, verbose=0), -np.mean(log_p), rtol=1e-5)
@@ -280,7 +281,7 @@ def test_a_float64_global_policy_gives_a_float64_model():
     finally:
         keras.mixed_precision.set_global_policy("float32")
     x, _ = _data(False, "float64")
-    model.compile(optimizer="adam", jit_compile=False)
+    model.compile(optimizer=FusedAdam(), jit_compile=False)
     model.fit(x, epochs=1, batch_size=20, verbose=0)
     assert {v.dtype for v in model.weights} == {"float64"} and model.sample(2).dtype == tf.float64
 
@@ -294,7 +295,7 @@ def test_a_float64_model_fed_arrays_sees_float64(as_tensor):
     x = x * 1e-4 + 1.0  # differences float32 cannot hold
     if as_tensor:
         x, y = tf.constant(x), tf.constant(y)
-    model.compile(optimizer="adam", jit_compile=False)
+    model.compile(optimizer=FusedAdam(), jit_compile=False)
     log_p = model.log_prob(x, y)
     np.testing.assert_allclose(model.predict((x, y), batch_size=20, verbose=0), log_p, rtol=1e-13)
     np.testing.assert_allclose(model.evaluate(x, y, batch_size=40, verbose=0), -np.mean(log_p), rtol=1e-13)
@@ -320,7 +321,7 @@ def test_a_float64_model_fed_arrays_sees_float64(as_tensor):
 
 def test_fit_names_a_wrong_width_in_any_input_form_before_tracing():
     model = _model("maf5", conditional=True)
-    model.compile(optimizer="adam", jit_compile=False)
+    model.compile(optimizer=FusedAdam(), jit_compile=False)
     x, y = _data(True)
     wide = np.ones((len(x), D + 2), np.float32)
     ds = tf.data.Dataset.from_tensor_slices((x, wide[:, :1])).batch(20)
@@ -466,7 +467,7 @@ def test_training_progress_shows_epochs_best_and_time_left(bar):
     from keras_models.progress import TrainingProgress
 
     model = _model("made", conditional=False)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    model.compile(optimizer=FusedAdam(1e-3), jit_compile=False)
     x, _ = _data(False, n=60)
     stream = io.StringIO()
     progress = TrainingProgress(max_epochs=2, patience=30, stream=stream, bar=bar)
@@ -486,7 +487,7 @@ def test_training_progress_shows_the_best_epoch_of_a_resumed_run():
     from keras_models.progress import TrainingProgress
 
     model = _model("made", conditional=False)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    model.compile(optimizer=FusedAdam(1e-3), jit_compile=False)
     x, _ = _data(False, n=60)
     stream = io.StringIO()
     progress = TrainingProgress(max_epochs=40, patience=30, stream=stream, bar=False)
@@ -511,7 +512,7 @@ def test_a_non_finite_validation_loss_is_counted_and_explained():
     # rows finite (`tests/test_own_table.py`).
     model = km.MADE(D, hidden_units=[8], standardize=False, tails=None, log_scale_bound=None)
     randomize_weights(model, 0, scale=0.2)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    model.compile(optimizer=FusedAdam(1e-3), jit_compile=False)
     x, _ = _data(False, n=60)
     far = np.full((4, x.shape[1]), 1e30, np.float32)  # finite, but log p underflows to -inf
     stream = io.StringIO()

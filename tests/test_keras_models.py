@@ -23,6 +23,7 @@ from keras_models.evaluation import (
     mean_and_two_se,
     paired_comparison,
 )
+from keras_models.optimizers import FusedAdam
 from tfp_maf.layers import sublayers
 from tfp_maf.testing import randomize_weights
 
@@ -51,7 +52,7 @@ def _small(name, conditional):
 def test_fit_lowers_the_loss_and_trains_every_weight(name, conditional):
     x, y = _data(conditional)
     model = _small(name, conditional)
-    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    model.compile(optimizer=FusedAdam(1e-2))
     before = [v.numpy().copy() for v in model.trainable_variables]
     history = model.fit(_ds(x, y), epochs=4, verbose=0)
     losses = history.history["loss"]
@@ -67,7 +68,7 @@ def test_fit_on_a_dataset_says_nothing_about_shuffle():
     itself; an explicit shuffle is the caller's and passes through."""
     x, _ = _data(False, n=200)
     model = _small("made", False)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    model.compile(optimizer=FusedAdam(1e-3))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.fit(_ds(x, None), epochs=1, verbose=0)
@@ -92,7 +93,7 @@ def test_training_many_models_says_nothing_about_retracing():
         x, _ = _data(False, n=100)
         for _ in range(6):
             model = km.MADE(2, hidden_units=[4])
-            model.compile(optimizer=keras.optimizers.Adam(1e-3))
+            model.compile(optimizer=FusedAdam(1e-3))
             model.fit(_ds(x, None, batch=50), epochs=1, verbose=0)
             model.evaluate(_ds(x, None, batch=50), verbose=0)
             model.predict(_ds(x, None, batch=50), verbose=0)
@@ -128,7 +129,7 @@ def test_gaussian_equals_the_closed_form_fit():
     m1 = x[k1].mean(0)
     np.testing.assert_allclose(cond.loc.numpy()[1], m1, rtol=1e-5)
     # Keras' fit would train nothing (no trainable weights) and said nothing: refused.
-    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    model.compile(optimizer=FusedAdam(1e-3))
     with pytest.raises(TypeError, match=r"fitted in closed form.*call fit_closed_form\(x, y\)"):
         model.fit(x, epochs=1, verbose=0)
 
@@ -172,7 +173,7 @@ def test_keras_save_and_load_is_exact(name, tmp_path):
     if name == "gaussian":
         model.fit_closed_form(x, y)
     else:
-        model.compile(optimizer=keras.optimizers.Adam(1e-2))
+        model.compile(optimizer=FusedAdam(1e-2))
         model.fit(_ds(x, y), epochs=1, verbose=0)
         model.set_batch_norm_statistics(x, y)
     path = tmp_path / "m.keras"
@@ -188,12 +189,12 @@ def test_a_loss_or_metrics_compiled_in_are_refused_where_they_would_be_ignored(c
     # Keras takes them; the steps compute the negative log-likelihood alone.
     x, _ = _data(False, n=100)
     model = _small("maf5", False)
-    model.compile(optimizer="adam", **compiled)
+    model.compile(optimizer=FusedAdam(), **compiled)
     for call in (lambda: model.fit(x, batch_size=50, verbose=0), lambda: model.evaluate(x, verbose=0),
                  lambda: model.train_on_batch(x), lambda: model.test_on_batch(x)):
         with pytest.raises(ValueError, match=f"compiled with {next(iter(compiled))}=.*optimizer alone"):
             call()
-    model.compile(optimizer="adam")
+    model.compile(optimizer=FusedAdam())
     model.fit(x, batch_size=50, verbose=0)
     model.predict(x, verbose=0)
 
@@ -205,7 +206,7 @@ def test_the_legacy_hdf5_format_is_refused_before_a_file_is_touched(suffix, tmp_
     # from model.save and from a ModelCheckpoint alike, and names the formats that work.
     x, _ = _data(False)
     model = _small("maf5", False)
-    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    model.compile(optimizer=FusedAdam(1e-2))
     model.fit(x, batch_size=50, epochs=1, verbose=0)
     path = tmp_path / f"m{suffix}"
     path.write_bytes(b"an earlier save")
@@ -291,7 +292,7 @@ def test_a_dataset_never_batched_is_refused_by_fit(conditional):
     rows = tf.data.Dataset.from_tensor_slices((x, y) if conditional else x)
     for name, expected in (("maf5", "normalise by its own variance"), ("made", r"one step each\. Batch it")):
         model = _small(name, conditional)
-        model.compile(optimizer=keras.optimizers.Adam(1e-3))
+        model.compile(optimizer=FusedAdam(1e-3))
         with pytest.raises(ValueError, match=r"elements are single rows \(x of shape \[2\]\).*" + expected):
             model.fit(rows, epochs=1, verbose=0)
         log_prob = model.log_prob(x, y).numpy()
@@ -305,7 +306,7 @@ def test_a_batch_of_one_row_is_refused_where_batch_norms_would_normalise_it():
     # refused (naming a batch size that does not); our pipelines leave the row out.
     x = np.random.default_rng(0).normal(size=(201, 2)).astype(np.float32)
     model = km.MAF(2, hidden_units=[8], num_layers=1)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    model.compile(optimizer=FusedAdam(1e-3))
     for kwargs in ({"batch_size": 100}, {"batch_size": 1}, {"batch_size": 99, "validation_split": 0.5}):
         rows = 100 if "validation_split" in kwargs else 201
         with pytest.raises(ValueError, match=f"{rows} training rows in batches of {kwargs['batch_size']} leave a "
@@ -313,7 +314,7 @@ def test_a_batch_of_one_row_is_refused_where_batch_norms_would_normalise_it():
             model.fit(x, epochs=1, verbose=0, **kwargs)
     assert np.isfinite(model.fit(x, batch_size=99, epochs=1, verbose=0).history["loss"][0])
     made = km.MADE(2, hidden_units=[8])  # no batch norm: any batch size
-    made.compile(optimizer=keras.optimizers.Adam(1e-3))
+    made.compile(optimizer=FusedAdam(1e-3))
     assert np.isfinite(made.fit(x, batch_size=100, epochs=1, verbose=0).history["loss"][0])
     splits = km.data.Splits("toy", x, x[:20], x[:20])
     pipes = splits.pipelines(batch_size=100)

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 import keras_models
 from keras_models import kernel_storage
+from keras_models.optimizers import FusedAdam
 from tfp_maf import MADENetwork, MaskedDense, devices, sampling
 from tfp_maf._platform.compat import adam_slots
 from tfp_maf.layers import sublayers
@@ -169,7 +170,7 @@ def test_a_keras_file_of_the_old_rule_resumes_with_its_adam_state(tmp_path):
     x = np.random.default_rng(0).normal(size=(64, 784)).astype(np.float32)
     with auto_rule(1):
         model = keras_models.MADE(784, hidden_units=[1024], seed=0, kernel_blocks_device="cpu")
-    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    model.compile(optimizer=FusedAdam(1e-3))
     _fit(model, x, 2)
     model.save(tmp_path / "saved.keras")
     path = _without_rule(tmp_path / "saved.keras", tmp_path / "old.keras")  # as 0.4.0 wrote it
@@ -203,7 +204,7 @@ def test_a_saved_model_loads_with_the_storage_it_was_saved_with(tmp_path):
     model = keras_models.MADE(D, hidden_units=[1024, 1024], seed=1, kernel_blocks_device="gpu")
     assert all(layer.layout is None for layer in _dense_layers(model))
     assert auto_blocks((1024, 1024), "cpu") > 1  # where this CPU would have chosen blocks
-    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    model.compile(optimizer=FusedAdam(1e-3))
     _fit(model, x, 2)
     model.save(tmp_path / "gpu.keras")
     with warnings.catch_warnings():
@@ -372,7 +373,7 @@ def test_the_made_mog_and_conditional_models_train_blocked():
     y = np.eye(2, dtype=np.float32)[np.arange(64) % 2]
     for model in (keras_models.MADEMoG(D, hidden_units=[16], num_components=2, kernel_blocks=3),
                   _model(3, conditional_dims=2)):
-        model.compile(optimizer=keras.optimizers.Adam(1e-3))
+        model.compile(optimizer=FusedAdam(1e-3))
         history = model.fit(x, y if model.conditional_dims else None, epochs=2, batch_size=16, verbose=0)
         assert np.all(np.isfinite(history.history["loss"]))
 
@@ -401,7 +402,7 @@ def test_a_run_backed_up_in_blocks_resumes_with_dense_kernels(tmp_path):
 
     def run(blocks, epochs):
         model = _model(blocks)
-        model.compile(optimizer=keras.optimizers.Adam(1e-2))
+        model.compile(optimizer=FusedAdam(1e-2))
         stopper = keras.callbacks.EarlyStopping(patience=5, restore_best_weights=True)
         backup = RunBackup(tmp_path / "backup", stopper)
         callbacks = [stopper, backup]
@@ -433,7 +434,7 @@ def test_the_xla_fit_step_reads_its_masks_and_holds_no_mask_sized_constant(kerne
     from tfp_maf.layers import hold_kernel_masks
 
     model = keras_models.MAF(12, hidden_units=[40, 40], num_layers=2, seed=0, kernel_blocks=kernel_blocks)
-    model.compile(optimizer="adam", jit_compile=True)
+    model.compile(optimizer=FusedAdam(), jit_compile=True)
     weights = [w.path for w in model.weights]
     x = np.random.default_rng(0).normal(size=(50, 12)).astype(np.float32)
     hold_kernel_masks(model)  # as fit does before it traces its step

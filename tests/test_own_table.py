@@ -21,6 +21,7 @@ import tensorflow as tf
 
 import keras_models as km
 from keras_models.keras_loop import NonFiniteLossWarning
+from keras_models.optimizers import FusedAdam
 from keras_models.training_data import IntegerColumnsWarning
 
 FAMILIES = {
@@ -51,7 +52,7 @@ X_TEST, Y_TEST = _banana(500, 1)
 def _fit(family, x, y, form, conditional, epochs=3):
     keras.utils.set_random_seed(0)
     model = FAMILIES[family](conditional_dims=1 if conditional else None)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    model.compile(optimizer=FusedAdam(1e-3))
     if form == "array":
         model.fit(x, y if conditional else None, batch_size=100, epochs=epochs, verbose=0)
     else:
@@ -92,7 +93,7 @@ def test_statistics_are_taken_once_saved_and_exported(tmp_path):
     x = X * SCALE + SHIFT
     model = km.MAF(2, num_layers=1, hidden_units=[8])
     assert not model.standardization.adapted
-    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    model.compile(optimizer=FusedAdam(1e-3))
     model.fit(x, batch_size=100, epochs=1, verbose=0)
     np.testing.assert_allclose(model.standardization.x_loc.numpy(), x.astype(np.float64).mean(0), rtol=1e-6)
     loc = model.standardization.x_loc.numpy()
@@ -136,7 +137,7 @@ def test_the_papers_protocol_is_unchanged():
 @pytest.mark.parametrize("form", ["array", "dataset"])
 def test_bad_training_data_is_refused_by_name(form):
     model = km.MAF(3, num_layers=1, hidden_units=[8])
-    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    model.compile(optimizer=FusedAdam(1e-3))
     rng = np.random.default_rng(0)
 
     def fit(x):
@@ -167,7 +168,7 @@ def test_dequantized_columns_get_noise_in_training_only():
     x = np.random.default_rng(0).normal(size=(400, 2)).astype(np.float32)
     x[:, 1] = np.round(x[:, 1] * 3)
     model = km.MAF(2, num_layers=1, hidden_units=[8], dequantize=[1])
-    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    model.compile(optimizer=FusedAdam(1e-3))
     with warnings.catch_warnings():
         warnings.simplefilter("error", IntegerColumnsWarning)  # the dequantized column is not warned of
         model.fit(x, batch_size=100, epochs=1, verbose=0)
@@ -180,7 +181,7 @@ def test_dequantized_columns_get_noise_in_training_only():
 def test_a_non_finite_step_stops_fit_on_finite_weights(tmp_path):
     x = np.random.default_rng(0).normal(size=(1000, 2)).astype(np.float32)
     model = km.MAF(2, num_layers=1, hidden_units=[8])
-    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    model.compile(optimizer=FusedAdam(1e-3))
     model.fit(x, batch_size=100, epochs=1, verbose=0)  # statistics set: later datasets are not read ahead
     twin = km.MAF(2, num_layers=1, hidden_units=[8])
     twin(x[:2])
@@ -208,7 +209,7 @@ def test_a_non_finite_step_stops_fit_on_finite_weights(tmp_path):
     for got, want in zip(twin.get_weights(), seen[5], strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     # Adam's momentum moves the weights as after a zero gradient: they stay finite.
-    twin.compile(optimizer=keras.optimizers.Adam(1e-3))
+    twin.compile(optimizer=FusedAdam(1e-3))
     with pytest.warns(NonFiniteLossWarning):
         twin.fit(batches, epochs=1, verbose=0)
     assert all(np.all(np.isfinite(w)) for w in twin.get_weights())
