@@ -71,13 +71,13 @@ PUBLISHED = {
 }
 BATCH, LEARNING_RATE, PATIENCE, HELD_OUT = 200, 5e-4, 20, 0.1
 #: tfp-maf's flows: tanh networks (as sbi's MAF has), at Adam 1e-3. Chosen on two_moons at
-#: 10^3 simulations, observations 1-3, C2ST of 2,000 samples: MAF with ReLU 0.94 (batch norm) and 0.97 (none), with tanh
-#: 0.70 at 5e-4 and 0.69 at 1e-3 (0.76 at batch 100, 0.76 without batch norm); NSF with tanh
-#: 0.82 (batch norm, 5e-4) and 0.71 (none, 1e-3). At 10^4 simulations the MAF's batch norm
-#: stopped training after 30 epochs (validation loss 0.92 nats against a training loss of 0.34:
-#: the batch norms' running statistics in evaluation are not the batches' of training) and
-#: scored 0.80 to 0.87 on observations 1-4; without it the same MAF trained 231 epochs to a
-#: validation loss of -0.68. Both flows go without batch norm.
+#: 10^3 simulations, observations 1-3, C2ST of 2,000 samples: MAF with ReLU 0.94 (batch norm)
+#: and 0.97 (none), with tanh 0.70 at 5e-4 and 0.69 at 1e-3 (0.76 at batch 100, 0.76 without
+#: batch norm); NSF with tanh 0.82 (batch norm, 5e-4) and 0.71 (none, 1e-3). At 10^4
+#: simulations the MAF with batch norm stopped after 30 epochs (a validation loss of 0.92 nats,
+#: where batch norm uses its stored statistics, against a training loss of 0.34, where it uses
+#: the batch's) and scored 0.80 to 0.87 on observations 1-4; without it the same MAF trained
+#: 231 epochs to a validation loss of -0.68. Both flows go without batch norm.
 FLOWS = {"maf": {"activation": "tanh", "batch_norm": False}, "nsf": {"activation": "tanh", "batch_norm": False}}
 FLOW_LEARNING_RATE = 1e-3
 
