@@ -210,7 +210,7 @@ def plots(out: Path = PLOTS) -> list[Path]:
             ax.scatter(drawn[:, 0], drawn[:, 1], s=3, alpha=0.4, label=method)
             ax.scatter(ref[:, 0], ref[:, 1], s=1, alpha=0.3, color="black", label="reference")
             ax.set(title=f"{method}, {budget:,} simulations", xlabel="theta_1")
-            ax.legend(loc="lower left", markerscale=3, fontsize="small")
+            ax.legend(loc="best", markerscale=3, fontsize="small")  # off the samples
         axes[0][0].set_ylabel("theta_2")
         fig.suptitle(f"{name}: the posterior of sbibm's observation 1")
         fig.tight_layout()
