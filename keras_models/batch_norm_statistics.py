@@ -410,10 +410,12 @@ class EpochStatistics(keras.callbacks.Callback):
 
     The later minibatches weigh more: a minibatch's weight falls by a factor ``e``
     over each `WINDOW_FRACTION` of the epoch after it (at least `MIN_WINDOW`
-    minibatches; all of them alike in an epoch that short). The bijectors before a
-    batch norm change as they train, and the statistics are for the weights at the
-    epoch's end: weighted alike, the rows of a 5-epoch Real NVP on data far from 0
-    put its densities 0.5 nats from the exact pass; weighted so, 0.06.
+    minibatches; all of them alike in an epoch that short), or over fewer minibatches
+    (at least one) where fewer hold `tfp_maf.layers.batch_norm.ROWS_PER_DIMENSION` rows
+    a dimension. The bijectors before a batch norm change as they train, and the
+    statistics are for the weights at the epoch's end: weighted alike, the rows of a
+    5-epoch Real NVP on data far from 0 put its densities 0.5 nats from the exact pass;
+    weighted so, 0.06.
 
     `keras_models.DensityModel.fit` puts it first in its callbacks, unless they hold a
     `BatchNormStatistics` (the paper's exact pass, which `fit_as_paper` uses): a plain

@@ -140,6 +140,29 @@ def test_epoch_moments_weigh_later_batches_by_the_window(setup):
         bn.reset_epoch_moments(window=0)
 
 
+def test_epoch_moments_weigh_over_fewer_batches_where_those_hold_enough_rows():
+    # Batches of 450 rows in 3 dimensions: 150 rows a dimension, more than the 100 that
+    # ROWS_PER_DIMENSION asks, so a window of 25 minibatches weighs over 300 / 450 < 1: one.
+    from tfp_maf.layers.batch_norm import ROWS_PER_DIMENSION
+
+    assert ROWS_PER_DIMENSION == 100
+    x = np.random.default_rng(0).normal(size=(900, 3))
+    bn = BatchNormState(3, dtype="float64")
+    bn.reset_epoch_moments(window=25.0)
+    first, second = x[:450], x[450:] + 10.0
+    bn(first, training=True)
+    bn(second, training=True)
+    w = np.exp(-1.0)
+    mean = (w * first.mean(0) + second.mean(0)) / (1 + w)
+    assert bn.store_epoch_moments()
+    np.testing.assert_allclose(bn.mean.numpy(), mean, rtol=1e-12)
+    bn.reset_epoch_moments()  # None: every row alike, however many
+    bn(first, training=True)
+    bn(second, training=True)
+    assert bn.store_epoch_moments()
+    np.testing.assert_allclose(bn.mean.numpy(), x.mean(0) + [5.0, 5.0, 5.0], rtol=1e-12)
+
+
 def test_epoch_moments_store_nothing_without_rows_or_when_not_finite(setup):
     x, _ = setup
     bn = BatchNormState(3, dtype="float64")

@@ -17,6 +17,18 @@ __all__ = ["BatchNormState", "epoch_moments_kept"]
 
 _MOMENTS_KEPT = contextvars.ContextVar("tfp_maf_epoch_moments_kept", default=True)
 
+#: The rows a dimension that a batch norm's weighted epoch moments need
+#: (`BatchNormState.reset_epoch_moments`): their noise costs about ``D / rows`` nats, 0.01
+#: with these, while every row more is older. The bijectors before a batch norm move at each
+#: step, under Adam by about its step size even along the mean of the batch norm's input,
+#: which training leaves free (the batch norm removes it). Ten plain fits of a conditional
+#: MAF (5) on two moons (D 2, 4,000 to 9,000 rows, batch 100 or 200, 10 to 30 epochs, 2 x 32
+#: or 2 x 50 tanh units): the held-out log-density with the stored statistics was 0.17 nats
+#: a row from the paper's pass on average and 0.79 at worst with the moments weighted over
+#: 25 minibatches (the epoch's rule alone); over these rows, 0.07 and 0.15 (with 500 rows a
+#: dimension, 0.08 on average).
+ROWS_PER_DIMENSION = 100
+
 
 @contextlib.contextmanager
 def epoch_moments_kept(kept: bool = True):
@@ -145,14 +157,15 @@ class BatchNormState(keras.layers.Layer):
             minibatches that follow it, so that the moments follow the bijectors
             before this batch norm as they train (an exponentially weighted
             mean and variance; a ``window`` of ``w`` weighs about the last ``w``
-            minibatches).
+            minibatches), or over fewer minibatches (at least one), where fewer
+            hold `ROWS_PER_DIMENSION` rows for each of the ``D`` dimensions.
 
         Raises:
           ValueError: if ``window`` is not positive.
         """
         if window is not None and not window > 0:
             raise ValueError(f"{self.name}: window must be None or > 0 minibatches, got {window!r}.")
-        self._epoch.reset(1.0 if window is None else float(np.exp(-1.0 / window)))
+        self._epoch.reset(np.inf if window is None else float(window))
 
     def store_epoch_moments(self) -> tf.Tensor:
         """Sets ``mean`` and ``variance`` to those of the rows normalised in
@@ -249,11 +262,16 @@ class _EpochMoments:
 
         self.rows, self.mean = variable("rows", tf.zeros([], dtype)), variable("mean", tf.zeros([size], dtype))
         self.m2 = variable("m2", tf.zeros([size], dtype))
-        self.decay = variable("decay", tf.ones([], dtype))  # a minibatch's weight, per minibatch after it
+        # A minibatch's weight falls by e over each `window` minibatches after it (inf: never),
+        # or over fewer, where those hold more than ROWS_PER_DIMENSION rows a dimension.
+        self.window = variable("window", tf.constant(np.inf, dtype))
+        self._enough_rows = float(ROWS_PER_DIMENSION * size)
 
     def add(self, rows, mean, variance):
         """Merges one minibatch: its row count, mean and (biased) variance."""
-        decay = self.decay.read_value()
+        window = self.window.read_value()
+        capped = tf.minimum(window, tf.maximum(tf.ones_like(rows), self._enough_rows / rows))
+        decay = tf.exp(-1.0 / tf.where(tf.math.is_inf(window), window, capped))  # inf: 1, every row alike
         before = self.rows.read_value() * decay
         total = before + rows
         delta = mean - self.mean.read_value()
@@ -262,10 +280,10 @@ class _EpochMoments:
         self.mean.assign_add(delta * tf.math.divide_no_nan(rows, total))
         self.rows.assign(total)
 
-    def reset(self, decay: float = 1.0):
+    def reset(self, window: float = np.inf):
         for variable in (self.rows, self.mean, self.m2):
             variable.assign(tf.zeros_like(variable))
-        self.decay.assign(tf.constant(decay, self.decay.dtype))
+        self.window.assign(tf.constant(window, self.window.dtype))
 
     def result(self):
         """``(rows, mean, variance)`` as tensors, the variance biased (``m2`` where no
