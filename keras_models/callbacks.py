@@ -222,10 +222,11 @@ class RunBackup(keras.callbacks.Callback):
             self.stopper.best_epoch = saved["best_epoch"]
             if saved.get("best_weights"):
                 with np.load(self.directory / saved["best_weights"]) as f:
-                    best = [f[f"arr_{i}"] for i in range(len(f.files))]
-                # Saved with the MADEs' kernels stored otherwise (dense before 0.3, or by
-                # "auto" on another kind of device), it holds them in that storage.
-                self.stopper.best_weights = kernel_storage.weights_list(self.model, best)
+                    best = [f[f"arr_{i}"] for i in range(len([k for k in f.files if k.startswith("arr_")]))]
+                    record = f[kernel_storage.RECORD] if kernel_storage.RECORD in f.files else None
+                # Saved with the MADEs' kernels stored otherwise (by "auto" on another kind
+                # of device, say), it holds them in the storage its record names.
+                self.stopper.best_weights = kernel_storage.weights_list(self.model, best, record)
         self.resumed_from = state["epoch"]
 
     def on_epoch_end(self, epoch, logs=None):
@@ -240,7 +241,8 @@ class RunBackup(keras.callbacks.Callback):
                 # Named by the best epoch: written once when it changes, not every epoch.
                 saved["best_weights"] = f"best-{saved['best_epoch'] + 1}.npz"
                 if not (self.directory / saved["best_weights"]).exists():
-                    _save_atomically(self.directory / saved["best_weights"], self.stopper.best_weights)
+                    _save_atomically(self.directory / saved["best_weights"], self.stopper.best_weights,
+                                     kernel_storage.storage_record(self.model))
             state["stopper"] = saved
         write_atomically(self.directory / self.STATE, json.dumps(state, indent=2))
         keep = {self.STATE, state["weights"], state.get("stopper", {}).get("best_weights")}
@@ -254,10 +256,10 @@ def log_scalar(value) -> float:
     return float(np.mean(value))
 
 
-def _save_atomically(path: Path, arrays) -> None:
+def _save_atomically(path: Path, arrays, record) -> None:
     # A kill mid-write must not leave a file that "exists" but is partial.
     partial = path.with_name(path.name + ".partial.npz")
-    np.savez(partial, *arrays)
+    np.savez(partial, *arrays, **{kernel_storage.RECORD: record})
     os.replace(partial, path)
 
 

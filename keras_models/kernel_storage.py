@@ -6,21 +6,27 @@ a model that stores them in another.
 storage itself: the optimizer's state, which Keras saves as one list, a slot per
 variable (Adam: a momentum and a velocity), and a `get_weights` list (a run's best
 epoch, kept by `keras_models.training.RunBackup`). A file written with dense kernels
-(``kernel_blocks=1``, or "auto" on a GPU) holds one slot per
-kernel where a blocked model has one per block, and the reverse; Keras would skip
-the whole optimizer state with a warning, and a resumed run would restart Adam.
+(``kernel_blocks=1``, or "auto" on a GPU) holds one slot per kernel where a blocked
+model has one per block, and the reverse; Keras would skip the whole optimizer state
+with a warning, and a resumed run would restart Adam.
 
-`optimizer_arrays` and `weights_list` recognise, by the shapes, which storage a list
-was saved with among those a file can come from (`_other_storages`), and rearrange it for
-the model: each kernel's entries merged dense from the saved variables and split
-into the model's. `matching_weights` gives ``load_weights`` a copy of a file with
+Each file records the storage it was written with (`storage_record`: each
+`tfp_maf.MaskedDense`'s blocks, in the model's layer order): a model's weights
+(``.weights.h5``, and inside a ``.keras`` file) beside the model's own variables
+(`save_record`), a run's best weights beside its arrays. `optimizer_arrays` and
+`weights_list` read that record and rearrange a list for the model: each kernel's
+entries merged dense from the saved variables and split into the model's. Nothing is
+inferred from shapes. `matching_weights` gives ``load_weights`` a copy of a file with
 its optimizer state so rearranged (Keras' file layout: `tfp_maf._platform.compat`).
+A file of 0.5.1 or before has no record: its layers' weights load into any storage,
+and its optimizer state into the storage it was written with (else Keras restarts the
+optimizer, and says so).
 
 Why it is kept: a run resumed this way goes on as if uninterrupted (within 0.002 nats of
 validation NLL over 5 epochs), where Keras' default, Adam restarted, moved it by up to
 0.6 nats (MAF (5) of 2 x 512, MINIBOONE rows, 3 seeds;
 ``benchmarks/experiments/optimizer_state_resume.py``). The path is taken only when the
-storages differ: a `.keras` file records its storage and loads with it, so only
+storages differ: a `.keras` file's config records its storage and loads with it, so only
 ``load_weights`` and `keras_models.training.RunBackup` meet it, after a change of device
 kind or of ``kernel_blocks``.
 """
@@ -38,15 +44,44 @@ import numpy as np
 
 from tfp_maf._platform.compat import (
     KERAS_ARCHIVE_WEIGHTS,
+    read_model_record,
     read_optimizer_arrays,
     slot_of,
     write_optimizer_arrays,
 )
 from tfp_maf._platform.layer_tracking import sublayers
-from tfp_maf.layers.block_layout import AUTO_RULE, BlockLayout, auto_blocks, auto_rule
+from tfp_maf.layers.block_layout import BlockLayout
 from tfp_maf.layers.masked_dense import MaskedDense
 
-__all__ = ["matching_weights", "optimizer_arrays", "weights_list"]
+__all__ = ["RECORD", "load_without_record", "matching_weights", "optimizer_arrays", "save_record", "storage_record",
+           "weights_list"]
+
+#: The name of the storage record among a model's own saved variables.
+RECORD = "kernel_blocks"
+
+
+def _masked_layers(model) -> list:
+    return [layer for layer in sublayers(model, include_self=False) if isinstance(layer, MaskedDense)]
+
+
+def storage_record(model) -> np.ndarray:
+    """Each `MaskedDense` layer's blocks, in the model's layer order: the storage a file
+    written now holds its kernels' optimizer state in."""
+    return np.array([layer.blocks for layer in _masked_layers(model)], np.int64)
+
+
+def save_record(model, store) -> None:
+    """Writes `storage_record` into ``store``, a model's own variables as Keras saves them
+    (``save_own_variables``), where the model has masked layers."""
+    record = storage_record(model)
+    if record.size:
+        store[RECORD] = record
+
+
+def load_without_record(store):
+    """``store`` (a model's own saved variables) without the record, for Keras' own
+    ``load_own_variables``."""
+    return {key: store[key] for key in store.keys() if key != RECORD}
 
 
 def _stored_shapes(layout, mask) -> list:
@@ -70,30 +105,15 @@ def _split(dense, layout) -> list:
     return [b for b, s in zip(layout.split(dense), layout.shapes, strict=True) if s[0] > 0]
 
 
-def _other_storages(model) -> tuple:
-    """The model's `MaskedDense` layers, and ``{id(layer): layout or None}`` for each
-    storage other than the model's that a saved list may come from: all dense, "auto"
-    as a CPU chooses it (by either rule, `tfp_maf.layers.block_layout.AUTO_RULE`), and the
-    same block count in every layer."""
-    layers = [layer for layer in sublayers(model, include_self=False) if isinstance(layer, MaskedDense)]
-
-    def layout(layer, blocks):
-        return BlockLayout.of(layer.mask, blocks) if blocks > 1 else None
-
-    def shapes(storage):
-        return tuple(tuple(_stored_shapes(storage[id(layer)], layer.mask)) for layer in layers)
-
-    candidates = []
-    for rule in (AUTO_RULE, 1):  # "auto" on a CPU, as now and as in 0.4.0 and before
-        with auto_rule(rule):
-            candidates.append({id(layer): layout(layer, auto_blocks(layer.mask.shape, "cpu")) for layer in layers})
-    candidates += [{id(layer): layout(layer, blocks) for layer in layers} for blocks in range(1, 9)]
-    out, seen = [], {shapes({id(layer): layer.layout for layer in layers})}
-    for storage in candidates:
-        if shapes(storage) not in seen:
-            seen.add(shapes(storage))
-            out.append(storage)
-    return layers, out
+def _saved_storage(model, record) -> tuple:
+    """The model's `MaskedDense` layers, and ``{id(layer): layout or None}`` of the storage
+    a file's ``record`` (`storage_record`) says it was written with; None without a record,
+    or with one of another model (another count of layers)."""
+    layers = _masked_layers(model)
+    if record is None or len(record) != len(layers):
+        return layers, None
+    return layers, {id(layer): BlockLayout.of(layer.mask, int(blocks)) if blocks > 1 else None
+                    for layer, blocks in zip(layers, record, strict=True)}
 
 
 class _Rearrangement:
@@ -142,29 +162,29 @@ class _Rearrangement:
         return [by_variable[id(v)] for v in self.variables]
 
 
-def weights_list(model, arrays: list) -> list:
-    """A `get_weights` list saved with the model's kernels in another storage (a run's
-    best epoch from before a change of storage) in the model's storage. A list that
-    already fits is returned as is; one that fits no storage too (Keras reports)."""
+def weights_list(model, arrays: list, record=None) -> list:
+    """A `get_weights` list saved with the model's kernels in the storage ``record`` says
+    (`storage_record`; a run's best epoch from before a change of storage) in the model's
+    storage. A list that already fits, or has no record, is returned as is (Keras
+    reports one that fits nothing)."""
     shapes = [tuple(np.shape(a)) for a in arrays]
-    if shapes == [tuple(v.shape) for v in model.weights]:
+    layers, storage = _saved_storage(model, record)
+    if shapes == [tuple(v.shape) for v in model.weights] or storage is None:
         return list(arrays)
-    layers, storages = _other_storages(model)
-    for storage in storages:
-        plan = _Rearrangement(model.weights, layers, storage)
-        if [shape for shape, _ in plan.saved()] == shapes:
-            return plan.to_model(arrays)
-    return list(arrays)
+    plan = _Rearrangement(model.weights, layers, storage)
+    return plan.to_model(arrays) if [shape for shape, _ in plan.saved()] == shapes else list(arrays)
 
 
-def optimizer_arrays(model, arrays: list) -> list | None:
-    """The file's optimizer ``arrays`` in the order and shapes of ``model.optimizer``'s
-    variables; None when they already fit, or when they fit no storage of the
-    model's kernels either (Keras then reports)."""
+def optimizer_arrays(model, arrays: list, record=None) -> list | None:
+    """The file's optimizer ``arrays``, saved with the kernels in the storage ``record``
+    says (`storage_record`), in the order and shapes of ``model.optimizer``'s variables;
+    None when they already fit, when there is no record, or when they do not fit that
+    storage either (Keras then reports)."""
     optimizer = getattr(model, "optimizer", None)
     live = list(getattr(optimizer, "variables", []))
     fits = len(arrays) == len(live) and all(tuple(a.shape) == tuple(v.shape) for a, v in zip(arrays, live, strict=True))
-    if fits or not live:
+    layers, storage = _saved_storage(model, record)
+    if fits or not live or storage is None:
         return None
     # Keras names a slot by its variable's path and the slot's name, and paths repeat
     # across a model's MADEs; so both lists are rebuilt on stand-ins with unique names:
@@ -176,24 +196,17 @@ def optimizer_arrays(model, arrays: list) -> list | None:
         return None
     slots = [_slot(w, stand_ins) for w in as_model.variables]  # (j, slot name) or None
     names = {m[1] for m in slots if m is not None}
-    per_variable = (len(slots) - slots.count(None)) / max(1, len(trainable))
-    layers, storages = _other_storages(model)
-    for storage in storages:
-        plan = _Rearrangement(trainable, layers, storage)
-        entries = plan.saved()
-        if slots.count(None) + per_variable * len(entries) != len(arrays):
-            continue  # cheap test before building the stand-ins
-        saved_stand_ins = [keras.Variable(np.zeros(shape, dtype), name=f"saved_{k}")
-                           for k, (shape, dtype) in enumerate(entries)]
-        as_saved = _built_like(optimizer, saved_stand_ins)
-        if len(as_saved.variables) != len(arrays) or any(
-                tuple(w.shape) != tuple(np.shape(a)) for w, a in zip(as_saved.variables, arrays, strict=True)):
-            continue
-        saved = {_slot(w, saved_stand_ins) or w.name: a for w, a in zip(as_saved.variables, arrays, strict=True)}
-        by_slot = {name: plan.to_model([saved[(k, name)] for k in range(len(entries))]) for name in names}
-        return [saved[w.name] if m is None else by_slot[m[1]][m[0]]
-                for w, m in zip(as_model.variables, slots, strict=True)]
-    return None
+    plan = _Rearrangement(trainable, layers, storage)
+    entries = plan.saved()
+    saved_stand_ins = [keras.Variable(np.zeros(shape, dtype), name=f"saved_{k}")
+                       for k, (shape, dtype) in enumerate(entries)]
+    as_saved = _built_like(optimizer, saved_stand_ins)
+    if len(as_saved.variables) != len(arrays) or any(
+            tuple(w.shape) != tuple(np.shape(a)) for w, a in zip(as_saved.variables, arrays, strict=True)):
+        return None
+    saved = {_slot(w, saved_stand_ins) or w.name: a for w, a in zip(as_saved.variables, arrays, strict=True)}
+    by_slot = {name: plan.to_model([saved[(k, name)] for k in range(len(entries))]) for name in names}
+    return [saved[w.name] if m is None else by_slot[m[1]][m[0]] for w, m in zip(as_model.variables, slots, strict=True)]
 
 
 def _slot(optimizer_variable, stand_ins) -> tuple[int, str] | None:
@@ -231,8 +244,9 @@ def _open_weights(path: Path):
 @contextlib.contextmanager
 def matching_weights(filepath, model):
     """Yields ``filepath``, or a copy whose optimizer state, saved with the MADE kernels
-    in another storage, is rearranged for ``model``'s (`optimizer_arrays`). Files that
-    are not ``.weights.h5`` or ``.keras`` pass through untouched (Keras reports on them)."""
+    in the other storage its record names, is rearranged for ``model``'s
+    (`optimizer_arrays`). Files that are not ``.weights.h5`` or ``.keras`` pass through
+    untouched (Keras reports on them)."""
     import h5py  # a dependency of Keras
 
     path = Path(filepath)
@@ -240,7 +254,7 @@ def matching_weights(filepath, model):
         yield filepath
         return
     with _open_weights(path) as src, h5py.File(src, "r") as f:
-        optimizer = optimizer_arrays(model, read_optimizer_arrays(f))
+        optimizer = optimizer_arrays(model, read_optimizer_arrays(f), read_model_record(f, RECORD))
     if optimizer is None:
         yield filepath
         return

@@ -257,6 +257,7 @@ def test_a_weights_file_without_optimizer_state_or_with_other_slot_names_loads_a
         assert _compat.read_optimizer_arrays(h5) == []
         _compat.write_optimizer_arrays(h5, [np.zeros(2), np.ones(3)])
         assert [a.tolist() for a in _compat.read_optimizer_arrays(h5)] == [[0, 0], [1, 1, 1]]
+        assert _compat.read_model_record(h5, "kernel_blocks") is None
     assert _compat.slot_of("made_dense_kernel_momentum", "made/dense/kernel") == "momentum"
     assert _compat.slot_of("iteration", "made/dense/kernel") is None
     assert _compat.slot_of("made_dense_kernel_", "made/dense/kernel") is None

@@ -9,6 +9,7 @@ and a run's best weights from a file of any storage, and training step by step; 
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 import zipfile
@@ -22,9 +23,9 @@ import keras_models
 from keras_models import kernel_storage
 from keras_models.optimizers import FusedAdam
 from tfp_maf import MADENetwork, MaskedDense, devices, sampling
-from tfp_maf._platform.compat import adam_slots
+from tfp_maf._platform.compat import adam_slots, read_model_record
 from tfp_maf.layers import sublayers
-from tfp_maf.layers.block_layout import AUTO_RULE, BlockLayout, auto_blocks, auto_rule, reorder
+from tfp_maf.layers.block_layout import BlockLayout, auto_blocks, reorder
 from tfp_maf.testing import randomize_weights
 
 D = 6
@@ -133,34 +134,61 @@ def _storage(model):
     return [layer.blocks for layer in _dense_layers(model)]
 
 
-def test_a_config_saved_before_the_rule_was_recorded_loads_with_the_storage_it_chose():
-    """Rule 1, 0.4.0's, stored MNIST-sized kernels in 8 blocks: a config without
-    ``kernel_blocks_rule`` is rebuilt so, which its saved optimizer state fits."""
-    with auto_rule(1):
-        assert auto_blocks((784, 1024), "cpu") == 8
-        old = keras_models.MADE(784, hidden_units=[1024], seed=0, kernel_blocks_device="cpu")
-    config = old.get_config()
-    assert config["kernel_blocks_rule"] == 1
-    del config["kernel_blocks_rule"]
-    assert _storage(keras_models.MADE.from_config(config)) == _storage(old) == [8, 8]
+#: The storage 0.4.0's "auto" chose on a CPU (rule 1: MNIST-sized kernels in 8 blocks).
+RULE_1 = functools.partial(auto_blocks, device="cpu", rule=1)
+
+
+def _as_saved_before(config: dict, rule: int | None) -> dict:
+    """``config`` as 0.5.1 (``rule`` 2) or 0.4.0 (None) saved it: ``"auto"``, the device
+    kind and the rule, not the counts."""
+    return {**config, "kernel_blocks": "auto", "kernel_blocks_device": "cpu",
+            **({} if rule is None else {"kernel_blocks_rule": rule})}
+
+
+def test_the_storage_is_decided_once_and_saved_as_the_counts():
+    """"auto" is resolved when a network is built; its config holds each layer's count,
+    and a later release's rule cannot change what a saved network loads as."""
     new = keras_models.MADE(784, hidden_units=[1024], seed=0, kernel_blocks_device="cpu")
-    assert new.get_config()["kernel_blocks_rule"] == AUTO_RULE == 2
-    assert _storage(keras_models.MADE.from_config(new.get_config())) == _storage(new) == [4, 4]
+    config = new.get_config()
+    assert config["kernel_blocks"] == {"made_0": [4, 4]} and "kernel_blocks_device" not in config
+    assert "kernel_blocks_rule" not in config
+    assert _storage(keras_models.MADE.from_config(config)) == _storage(new) == [4, 4]
     network = MADENetwork(784, [1024], seed=0, kernel_blocks_device="cpu")
-    legacy = {k: v for k, v in network.get_config().items() if k != "kernel_blocks_rule"}
-    assert [layer.blocks for layer in MADENetwork.from_config(legacy).hidden_layers] == [8]
+    assert network.kernel_blocks_by_layer == (4, 4) and network.get_config()["kernel_blocks"] == [4, 4]
+    assert [layer.blocks for layer in MADENetwork(784, [1024], seed=0, kernel_blocks=[2, 1]).hidden_layers] == [2]
+    for bad in ([2], "dense", 0, lambda shape: 0):
+        with pytest.raises(ValueError, match="kernel_blocks"):
+            MADENetwork(784, [1024], seed=0, kernel_blocks=bad)
+    with pytest.raises(ValueError, match="kernel_blocks_device"):  # it would change nothing
+        MADENetwork(8, [16], seed=0, kernel_blocks=4, kernel_blocks_device="gpu")
+    with pytest.raises(ValueError, match=r"must name its MADEs \['made_0'\]"):
+        keras_models.MADE(8, hidden_units=[16], kernel_blocks={"made_0": [1, 1], "made_1": [1, 1]})
+
+
+def test_a_config_of_an_earlier_release_loads_with_the_storage_it_chose():
+    """0.5.1 saved "auto" with its rule, 0.4.0 "auto" alone (rule 1: MNIST-sized kernels in
+    8 blocks): each is rebuilt with the storage it chose, which its optimizer state fits."""
+    assert auto_blocks((784, 1024), "cpu", rule=1) == 8
+    config = keras_models.MADE(784, hidden_units=[1024], seed=0).get_config()
+    assert _storage(keras_models.MADE.from_config(_as_saved_before(config, None))) == [8, 8]
+    assert _storage(keras_models.MADE.from_config(_as_saved_before(config, 2))) == [4, 4]
+    network = MADENetwork(784, [1024], seed=0).get_config()
+    assert [layer.blocks for layer in MADENetwork.from_config(_as_saved_before(network, None)).hidden_layers] == [8]
     with pytest.raises(ValueError, match="kernel_blocks_rule"):
-        MADENetwork.from_config({**network.get_config(), "kernel_blocks_rule": 3})
+        MADENetwork.from_config(_as_saved_before(network, 3))
+    # An int was saved with the device kind, which it never read.
+    saved_int = {**network, "kernel_blocks": 2, "kernel_blocks_device": "cpu"}
+    assert MADENetwork.from_config(saved_int).kernel_blocks_by_layer == (2, 2)
 
 
-def _without_rule(source, target):
-    """A copy of the ``.keras`` file ``source`` whose config has no ``kernel_blocks_rule``."""
+def _saved_by_0_4_0(source, target):
+    """A copy of the ``.keras`` file ``source`` whose config is as 0.4.0 wrote it (`_as_saved_before`)."""
     with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
         for item in old.infolist():
             data = old.read(item.filename)
             if item.filename == "config.json":
                 config = json.loads(data)
-                del config["config"]["kernel_blocks_rule"]
+                config["config"] = _as_saved_before(config["config"], None)
                 data = json.dumps(config).encode()
             new.writestr(item, data)
     return target
@@ -168,12 +196,11 @@ def _without_rule(source, target):
 
 def test_a_keras_file_of_the_old_rule_resumes_with_its_adam_state(tmp_path):
     x = np.random.default_rng(0).normal(size=(64, 784)).astype(np.float32)
-    with auto_rule(1):
-        model = keras_models.MADE(784, hidden_units=[1024], seed=0, kernel_blocks_device="cpu")
+    model = keras_models.MADE(784, hidden_units=[1024], seed=0, kernel_blocks=RULE_1)
     model.compile(optimizer=FusedAdam(1e-3))
     _fit(model, x, 2)
     model.save(tmp_path / "saved.keras")
-    path = _without_rule(tmp_path / "saved.keras", tmp_path / "old.keras")  # as 0.4.0 wrote it
+    path = _saved_by_0_4_0(tmp_path / "saved.keras", tmp_path / "old.keras")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # Keras warns where it skips the optimizer's state
         loaded = keras.saving.load_model(path)
@@ -187,11 +214,11 @@ def test_auto_keeps_every_kernel_dense_on_a_gpu(monkeypatch):
     assert auto_blocks((784, 1024), "gpu") == 1 < auto_blocks((784, 1024), "cpu")
     on_gpu = MADENetwork(784, [1024], seed=0, kernel_blocks_device="gpu")
     assert all(layer.layout is None for layer in [*on_gpu.hidden_layers, on_gpu.output_layer])
-    assert MADENetwork(784, [1024], seed=0, kernel_blocks=4, kernel_blocks_device="gpu").output_layer.layout
-    # The default is the device TensorFlow runs on; the config records it.
+    assert MADENetwork(784, [1024], seed=0, kernel_blocks=4).output_layer.layout
+    # The default is the device TensorFlow runs on; the config records what it chose.
     monkeypatch.setattr(devices, "device_kind", lambda: "gpu")
     model = keras_models.MADEMoG(784, hidden_units=[1024], num_components=2)
-    assert model.get_config()["kernel_blocks_device"] == "gpu"
+    assert model.get_config()["kernel_blocks"] == {"made_mog": [1, 1]}
     assert all(layer.layout is None for layer in _dense_layers(model))
     with pytest.raises(ValueError, match="'cpu', 'gpu'"):
         keras_models.MAF(3, kernel_blocks_device="tpu")
@@ -210,14 +237,10 @@ def test_a_saved_model_loads_with_the_storage_it_was_saved_with(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # Keras' "Skipping variable loading for optimizer"
         again = keras.saving.load_model(tmp_path / "gpu.keras")
-    assert again.kernel_blocks_device == "gpu" and int(again.optimizer.iterations.numpy()) == 2
+    assert _storage(again) == [1, 1, 1] and int(again.optimizer.iterations.numpy()) == 2
     np.testing.assert_allclose(again.log_prob(x), model.log_prob(x), rtol=1e-6)
-    config = model.get_config()
-    del config["kernel_blocks_device"]
-    assert keras_models.MADE.from_config(config).kernel_blocks_device == "cpu"
-    layer_config = MADENetwork(D, [8]).get_config()
-    del layer_config["kernel_blocks_device"]
-    assert MADENetwork.from_config(layer_config).kernel_blocks_device == "cpu"
+    config = {**model.get_config(), "kernel_blocks": "auto"}  # as 0.3.0 saved it: no device
+    assert _storage(keras_models.MADE.from_config(config)) == [1, 8, 1]  # rule 1, on this CPU
 
 
 def _pair(num_components=None, conditional_dims=None, dtype="float32", order="random"):
@@ -298,7 +321,7 @@ def test_weights_files_load_across_the_two_storages_with_the_same_densities(suff
     # A blocked model's .keras file rebuilds it blocked, with the same densities.
     blocked.save(tmp_path / "blocked.keras")
     again = keras.saving.load_model(tmp_path / "blocked.keras")
-    assert again.kernel_blocks == 3
+    assert _storage(again) == _storage(blocked)
     np.testing.assert_allclose(again.log_prob(x), blocked.log_prob(x), rtol=1e-6)
 
 
@@ -334,6 +357,29 @@ def _resume(source, target, x, path, learning_rate):
     assert int(target.optimizer.iterations.numpy()) == 2
 
 
+def test_a_weights_file_records_its_storage_and_one_without_a_record_is_not_guessed(tmp_path):
+    """The storage is read from the file (`kernel_storage.storage_record`), never inferred
+    from the shapes: a file without the record (0.5.1 and before) loads its weights into
+    any storage, and its Adam state only into the storage it fits (Keras says it skips it)."""
+    import h5py
+
+    x = _data()
+    source, target = _model(3), _model(1)
+    _resume(source, target, x, tmp_path / "run.weights.h5", learning_rate=1e-2)  # read, Adam and all
+    with h5py.File(tmp_path / "run.weights.h5", "r") as f:
+        record = read_model_record(f, kernel_storage.RECORD)
+    assert record.tolist() == kernel_storage.storage_record(source).tolist() == [3] * 6
+    with h5py.File(tmp_path / "run.weights.h5", "r+") as f:
+        del f["vars"][kernel_storage.RECORD]  # as 0.5.1 wrote it
+    fresh = _model(1)
+    fresh.compile(optimizer=keras.optimizers.Adam(1e-2))
+    fresh.optimizer.build(fresh.trainable_variables)
+    with pytest.warns(UserWarning, match="optimizer"):
+        fresh.load_weights(tmp_path / "run.weights.h5")
+    np.testing.assert_allclose(fresh.log_prob(x), source.log_prob(x), rtol=1e-5)
+    assert int(fresh.optimizer.iterations.numpy()) == 0
+
+
 @pytest.mark.parametrize("saved, loaded", [(1, 3), (3, 1), (2, 3)])
 def test_training_steps_are_the_same_and_adam_resumes_across_storages(saved, loaded, tmp_path):
     """A run saved with its kernels in one storage (dense, as "auto" chooses on a GPU)
@@ -359,8 +405,7 @@ def test_a_weights_file_of_the_old_rule_loads_with_adam_state_into_the_new_one(t
     """A BSDS300-sized MADE: rule 1 stored its 1,024 x 1,024 kernel in 8 blocks and the
     others dense, rule 2 in 4: a mix of block counts that only the old rule gives."""
     x = np.random.default_rng(0).normal(size=(64, 63)).astype(np.float32)
-    with auto_rule(1):
-        source = keras_models.MADE(63, hidden_units=[1024, 1024], seed=0, kernel_blocks_device="cpu")
+    source = keras_models.MADE(63, hidden_units=[1024, 1024], seed=0, kernel_blocks=RULE_1)
     target = keras_models.MADE(63, hidden_units=[1024, 1024], seed=0, kernel_blocks_device="cpu")
     assert _storage(source) == [1, 8, 1] and _storage(target) == [1, 4, 1]
     _resume(source, target, x, tmp_path / "run.weights.h5", learning_rate=1e-3)
@@ -387,10 +432,14 @@ def test_a_weights_list_saved_in_another_storage_sets_the_model(saved, loaded):
     for model in (source, target):
         model.log_prob(x[:2])
     randomize_weights(source, 4, 0.2)
-    target.set_weights(kernel_storage.weights_list(target, source.get_weights()))
+    record = kernel_storage.storage_record(source)  # what the backup saves beside the list
+    target.set_weights(kernel_storage.weights_list(target, source.get_weights(), record))
     np.testing.assert_allclose(target.log_prob(x), source.log_prob(x), rtol=1e-5)
     same = target.get_weights()
     assert all(a is b for a, b in zip(kernel_storage.weights_list(target, same), same, strict=True))
+    # Without a record (a list of 0.5.1 or before) nothing is inferred: Keras reports it.
+    unread = source.get_weights()
+    assert all(a is b for a, b in zip(kernel_storage.weights_list(target, unread), unread, strict=True))
 
 
 def test_a_run_backed_up_in_blocks_resumes_with_dense_kernels(tmp_path):

@@ -60,9 +60,10 @@ TypeError that names it. The keywords several models share mean the same in each
   (its CIFAR-10 setting, fewer hidden units than variables).
 - ``kernel_blocks``, ``kernel_blocks_device`` (the MADE options): the MADEs' kernel
   storage (`tfp_maf.MADENetwork`): ``"auto"`` stores large kernels in degree blocks on a
-  CPU and dense on a GPU, 1 all dense; the same densities. A saved model loads with the
-  storage it was saved with; weights files load into any storage, optimizer state
-  included.
+  CPU and dense on a GPU, 1 all dense; the same densities. Each MADE decides its storage
+  once, when the model is built, and the config saves each layer's count, so a saved
+  model loads with the storage it was saved with; weights files load into any storage,
+  optimizer state included.
 - ``initialization`` (the MADE options): ``"default"`` or ``"published"`` (the published
   code's; `keras_models.initialization`).
 - ``conditional_input_layers`` (the MADE options): which hidden layers ``y`` feeds:

@@ -1,8 +1,7 @@
 """The autoregressive flows of the zoo: MADE, MADE MoG, MAF, MAF MoG and NSF.
 
-`MADEFlow` holds the MADE options (declared once for every model built of MADEs);
-`MADEStack` stacks MADEs with batch norms between them; `MixtureBase` gives a model a
-MADE MoG base.
+`MADEFlow` holds the MADE options, declared once for every model built of MADEs; `MADEStack`
+stacks MADEs with batch norms between them; `MixtureBase` gives a model a MADE MoG base.
 """
 
 from __future__ import annotations
@@ -13,9 +12,8 @@ import tfp_maf
 from keras_models.initialization import made_initializers
 from keras_models.zoo.base import LOG_SCALE_BOUND, FlowModel, regularizer
 from tfp_maf.arguments import check_bool, check_bound, check_int
-from tfp_maf.devices import check_device_kind
 from tfp_maf.layers import check_conditional_input_layers, check_scale_parameterization
-from tfp_maf.layers.block_layout import auto_rule, current_rule
+from tfp_maf.layers.made import legacy_kernel_blocks
 from tfp_maf.splines import num_spline_params
 
 __all__ = ["MADE", "MAF", "NSF", "MADEFlow", "MADEMoG", "MADEStack", "MAFMoG", "MixtureBase"]
@@ -27,7 +25,8 @@ class MADEFlow(FlowModel):
 
     ``activation``, ``hidden_degrees``, ``kernel_blocks``, ``kernel_blocks_device``,
     ``initialization``, ``conditional_input_layers``, ``scale_parameterization``: the
-    module docstring says what each means.
+    module docstring says what each means. ``kernel_blocks`` also takes what a config saves:
+    each MADE's counts by name (``{"made_0": [1, 1, 1], ...}``, decided when it was built).
     """
 
     def __init__(
@@ -36,7 +35,7 @@ class MADEFlow(FlowModel):
         *,
         activation: str = "relu",
         hidden_degrees: str = "sequential",
-        kernel_blocks: int | str = "auto",
+        kernel_blocks="auto",
         kernel_blocks_device: str | None = None,
         initialization: str = "default",
         conditional_input_layers: str = "all_layers",
@@ -47,30 +46,40 @@ class MADEFlow(FlowModel):
         super().__init__(event_size, **kwargs)
         self.activation = activation
         self.hidden_degrees = hidden_degrees
-        self.kernel_blocks = kernel_blocks
-        self.kernel_blocks_device = check_device_kind(kernel_blocks_device)
-        self._auto_rule = current_rule()  # the rule its MADEs' "auto" follows, for the config
+        # Each MADE decides its storage when built; the config saves `kernel_blocks_by_made`.
+        self.kernel_blocks, self.kernel_blocks_device = kernel_blocks, kernel_blocks_device
+        self.kernel_blocks_by_made = {}
         self.initialization = initialization
         self.conditional_input_layers = check_conditional_input_layers(conditional_input_layers)
         self.scale_parameterization = check_scale_parameterization(scale_parameterization)
 
     def _made(self, order, name, num_components=None, seed=0, params=None):
-        return tfp_maf.MADENetwork(
+        blocks = self.kernel_blocks
+        if isinstance(blocks, dict):  # a saved model's storage, MADE by MADE
+            if set(blocks) != set(names := self._made_names()):
+                raise ValueError(f"{self.name}: kernel_blocks must name its MADEs {names}, got {sorted(blocks)}.")
+            blocks = blocks[name]
+        made = tfp_maf.MADENetwork(
             self.event_size, self.hidden_units, num_components=num_components, params=params,
             activation=self.activation, order=order, conditional_dims=self.context_dims,
             hidden_degrees=self.hidden_degrees, seed=seed, kernel_regularizer=regularizer(self.l2),
             conditional_input_layers=self.conditional_input_layers,
-            kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
+            kernel_blocks=blocks, kernel_blocks_device=self.kernel_blocks_device,
             scale_parameterization=self.scale_parameterization,
             dtype=self.dtype_policy, name=name, **made_initializers(self.initialization, num_components),
         )
+        self.kernel_blocks_by_made[name] = list(made.kernel_blocks_by_layer)
+        return made
+
+    def _made_names(self) -> list[str]:
+        """The names of the MADEs the model builds (`_made`'s ``name``): a subclass's."""
+        return []
 
     def get_config(self):
         config = super().get_config()
         config.update(
             activation=self.activation, hidden_degrees=self.hidden_degrees,
-            kernel_blocks=self.kernel_blocks, kernel_blocks_device=self.kernel_blocks_device,
-            kernel_blocks_rule=self._auto_rule,
+            kernel_blocks=dict(self.kernel_blocks_by_made),  # the storage as built
             initialization=self.initialization, conditional_input_layers=self.conditional_input_layers,
             scale_parameterization=self.scale_parameterization,
         )
@@ -78,12 +87,8 @@ class MADEFlow(FlowModel):
 
     @classmethod
     def from_config(cls, config):
-        # A saved model's MADEs are rebuilt with the storage they were saved with, so its
-        # optimizer state loads: a config without a rule chose by rule 1
-        # (`tfp_maf.layers.block_layout.AUTO_RULE`).
-        config = dict(config)
-        with auto_rule(config.pop("kernel_blocks_rule", 1)):
-            return super().from_config(config)
+        # The storage it was saved with (0.5.1 and before: `legacy_kernel_blocks`).
+        return super().from_config(legacy_kernel_blocks(config))
 
 
 def _orders(num_layers):
@@ -109,6 +114,9 @@ class MADEStack(MADEFlow):
 
     def _layer(self, i, made):
         raise NotImplementedError
+
+    def _made_names(self):
+        return [f"made_{i}" for i in range(self.num_layers)]
 
     def _bijectors(self):
         out = []
@@ -356,6 +364,9 @@ class MixtureBase:
 
     def _base_from_noise(self, noise, y, gumbel):
         return self._base(y).sample_from_noise(noise, gumbel)
+
+    def _made_names(self):
+        return [*super()._made_names(), "made_mog"]
 
     def get_config(self):
         config = super().get_config()

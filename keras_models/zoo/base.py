@@ -128,6 +128,15 @@ class FlowModel(DensityModel):
         with kernel_storage.matching_weights(filepath, self) as path:
             super().load_weights(path, skip_mismatch=skip_mismatch, **kwargs)
 
+    # A weights file records the storage its MADE kernels were written in, so that loading
+    # reads it rather than infer it (`keras_models.kernel_storage`).
+    def save_own_variables(self, store):
+        super().save_own_variables(store)
+        kernel_storage.save_record(self, store)
+
+    def load_own_variables(self, store):
+        super().load_own_variables(kernel_storage.load_without_record(store))
+
     def _bijectors(self) -> list:
         """The flow's bijectors after the standardisation, data side first (TFP's `Chain` order)."""
         raise NotImplementedError

@@ -40,8 +40,6 @@ True
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 
 import numpy as np
@@ -49,7 +47,7 @@ import tensorflow as tf
 
 from tfp_maf.devices import check_device_kind
 
-__all__ = ["AUTO_RULE", "BlockLayout", "auto_blocks", "auto_rule", "current_rule", "reorder", "staircase"]
+__all__ = ["AUTO_RULE", "BlockLayout", "auto_blocks", "check_rule", "reorder", "staircase"]
 
 # On a CPU, "auto" blocks kernels of at least AUTO_MIN_ENTRIES entries in AUTO_BLOCKS
 # groups, and those of at least AUTO_LARGE_ENTRIES in AUTO_LARGE_BLOCKS, each group of at
@@ -62,40 +60,24 @@ AUTO_LARGE_ENTRIES, AUTO_LARGE_BLOCKS = 2**22, 8
 MIN_BLOCK_UNITS = 128
 
 #: The rule "auto" follows. Rule 1 (0.4.0 and before) stored every kernel of at least
-#: AUTO_MIN_ENTRIES in 8 blocks; rule 2 is the one above. A model records its rule in
-#: its config, and a config without one is rule 1, so that a saved file loads with the
-#: storage its optimizer state was saved for (`auto_rule`).
+#: AUTO_MIN_ENTRIES in 8 blocks; rule 2 is the one above. A network resolves "auto" once,
+#: when it is built, and saves the counts it chose (`tfp_maf.MADENetwork`'s config): only
+#: the configs of 0.5.1 and before, which saved "auto" and the rule (none before 0.5.0:
+#: rule 1), are read by a rule again, given as `auto_blocks`' argument.
 AUTO_RULE = 2
-_RULE = contextvars.ContextVar("tfp_maf_auto_blocks_rule", default=AUTO_RULE)
 
 
-@contextlib.contextmanager
-def auto_rule(rule: int):
-    """Within it, `auto_blocks` follows ``rule`` (1 or 2; see `AUTO_RULE`): what a model's
-    ``from_config`` sets while it rebuilds a saved model.
-
-    >>> with auto_rule(1):
-    ...     auto_blocks((784, 1024), "cpu")
-    8
-    """
+def check_rule(rule) -> int:
+    """``rule`` if it is 1 or 2 (`AUTO_RULE`), else a ValueError."""
     if rule not in (1, 2):
         raise ValueError(f"kernel_blocks_rule must be 1 or 2, got {rule!r}.")
-    token = _RULE.set(rule)
-    try:
-        yield
-    finally:
-        _RULE.reset(token)
+    return rule
 
 
-def current_rule() -> int:
-    """The rule `auto_blocks` follows here (`auto_rule`)."""
-    return _RULE.get()
-
-
-def auto_blocks(shape, device: str | None = None) -> int:
+def auto_blocks(shape, device: str | None = None, rule: int = AUTO_RULE) -> int:
     """The column groups ``kernel_blocks="auto"`` stores a ``[fan_in, units]`` kernel in
     on a ``device`` kind, ``"cpu"`` or ``"gpu"`` (None: the kind TensorFlow runs on here),
-    under the rule in force (`auto_rule`).
+    by ``rule`` (`AUTO_RULE`; 1 reads the configs of 0.4.0 and before).
 
     A GPU keeps every kernel dense: the blocks were measured on 2-core CPUs, where a
     matmul's time follows its multiply-adds; on a GPU each block is one more kernel
@@ -105,13 +87,15 @@ def auto_blocks(shape, device: str | None = None) -> int:
     (4, 8)
     >>> auto_blocks((784, 1024), "gpu"), auto_blocks((43, 512), "cpu")
     (1, 1)
+    >>> auto_blocks((784, 1024), "cpu", rule=1)
+    8
     """
-    device = check_device_kind(device)
+    device, rule = check_device_kind(device), check_rule(rule)
     fan_in, units = shape
     entries = fan_in * units
     if device == "gpu" or entries < AUTO_MIN_ENTRIES:
         return 1
-    if entries >= AUTO_LARGE_ENTRIES or _RULE.get() == 1:
+    if entries >= AUTO_LARGE_ENTRIES or rule == 1:
         blocks = AUTO_LARGE_BLOCKS
     else:
         blocks = AUTO_BLOCKS

@@ -34,7 +34,8 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 import keras
 import numpy as np
@@ -42,14 +43,13 @@ import tensorflow as tf
 
 from tfp_maf import _checks, masks
 from tfp_maf.arguments import check_int, check_ints
-from tfp_maf.devices import check_device_kind
 from tfp_maf.layers._seeds import seeded
-from tfp_maf.layers.block_layout import auto_blocks, auto_rule, current_rule, reorder
+from tfp_maf.layers.block_layout import auto_blocks, check_rule, reorder
 from tfp_maf.layers.masked_dense import MaskedDense, apply_masks
 from tfp_maf.math import broadcast_batch, rows_are_aligned
 
 __all__ = ["CONDITIONAL_INPUT_LAYERS", "SCALE_PARAMETERIZATIONS", "MADENetwork", "check_conditional_input_layers",
-           "check_scale_parameterization"]
+           "check_scale_parameterization", "kernel_blocks_by_layer", "legacy_kernel_blocks"]
 
 #: Where `MADENetwork` feeds the side information ``y`` (TFP's names for the choice).
 CONDITIONAL_INPUT_LAYERS = ("all_layers", "first_layer")
@@ -125,17 +125,19 @@ class MADENetwork(keras.layers.Layer):
         equal gradients and never separate.
       output_bias_initializer: initializer of the output bias (zeros by default).
       kernel_regularizer: applied to every kernel, e.g. ``keras.regularizers.L2(1e-6)``.
-      kernel_blocks: ``"auto"`` stores the kernels of large layers in degree blocks
-        (`MaskedDense`'s ``blocks``) on a CPU, where skipping the masks' zeros pays,
-        and every kernel dense on a GPU (`tfp_maf.layers.block_layout.auto_blocks`);
-        an int sets the blocks of every layer, 1 stores all dense. The values are
-        the same.
+      kernel_blocks: how the kernels are stored (`MaskedDense`'s ``blocks``): ``"auto"``
+        stores the kernels of large layers in degree blocks on a CPU, where skipping
+        the masks' zeros pays, and every kernel dense on a GPU
+        (`tfp_maf.layers.block_layout.auto_blocks`); an int sets the blocks of every
+        layer, 1 stores all dense; a sequence gives each layer's (the hidden layers',
+        then the output's); a function maps a kernel's shape ``(fan_in, units)`` to its
+        blocks. The values are the same. The network decides once, when it is built:
+        `kernel_blocks_by_layer` holds the counts, and the config saves them, so a
+        saved network loads with the storage it was saved with, on any machine and in
+        later releases (its optimizer state fits it).
       kernel_blocks_device: the device kind ``"auto"`` chooses for, ``"cpu"`` or
         ``"gpu"``; None (the default): the kind TensorFlow places ops on in the
-        current process. The config records the kind, and the rule ``"auto"`` followed
-        (``kernel_blocks_rule``, `tfp_maf.layers.block_layout.AUTO_RULE`), so a saved
-        network loads with the storage it was saved with, on any machine and in later
-        releases (its optimizer state fits it).
+        current process. Only with ``"auto"``.
       params: None, or ``P``: the open head, ``P`` unconstrained outputs per variable
         returned as one tensor ``[..., D, P]`` (for conditionals of other families:
         `tfp_maf.MaskedRationalQuadraticSpline` reads ``3 K - 1`` of them). Its output kernel starts at
@@ -150,6 +152,8 @@ class MADENetwork(keras.layers.Layer):
       **kwargs: Keras' layer arguments (``name``, ``dtype``, ...).
 
     Attributes:
+      kernel_blocks_by_layer: the blocks of each layer's kernel, the hidden layers' then
+        the output's, as decided when the network was built.
       sampling_tuning: None, or how `tfp_maf.sampling.sample_sequentially` schedules its
         pass (`tfp_maf.sampling.Tuning`: block size, chunk rows, parts); None chooses
         from the sizes. Not saved with the model: it changes no value.
@@ -166,8 +170,9 @@ class MADENetwork(keras.layers.Layer):
     Raises:
       ValueError: at construction, if ``event_size``, ``num_components`` or
         ``conditional_dims`` or ``params`` is below 1, both ``num_components`` and
-        ``params`` are set, ``kernel_blocks`` is neither ``"auto"`` nor
-        an int >= 1, ``kernel_blocks_device`` is not a device kind,
+        ``params`` are set, ``kernel_blocks`` is not ``"auto"``, an int >= 1, one
+        per layer or a function giving them, ``kernel_blocks_device`` is not a device
+        kind or is given without ``"auto"``,
         ``scale_parameterization`` is neither ``"log_scale"`` nor ``"log_precision"``
         (or is not ``"log_scale"`` with ``params``), ``order`` is not
         an order, ``hidden_degrees`` is neither a method nor degrees of the layers'
@@ -221,7 +226,7 @@ class MADENetwork(keras.layers.Layer):
         output_kernel_initializer=None,
         output_bias_initializer="zeros",
         kernel_regularizer=None,
-        kernel_blocks: int | str = "auto",
+        kernel_blocks: int | str | Sequence[int] | Callable[[tuple[int, int]], int] = "auto",
         kernel_blocks_device: str | None = None,
         params: int | None = None,
         scale_parameterization: str = "log_scale",
@@ -254,9 +259,6 @@ class MADENetwork(keras.layers.Layer):
         self.output_kernel_initializer = output_kernel_initializer
         self.output_bias_initializer = keras.initializers.get(output_bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.kernel_blocks = kernel_blocks if kernel_blocks == "auto" else check_int(kernel_blocks, "kernel_blocks")
-        self.kernel_blocks_device = check_device_kind(kernel_blocks_device)
-        self._auto_rule = current_rule()  # recorded in the config (`block_layout.auto_rule`)
 
         D = self.event_size
         self.permutation = masks.order_permutation(D, order, seed)
@@ -275,11 +277,14 @@ class MADENetwork(keras.layers.Layer):
 
         self.params_per_dim = (self.params if self.params is not None
                                else 2 if self.num_components is None else 3 * self.num_components)
+        output_mask = np.repeat(self.masks[-1], self.params_per_dim, axis=1)
+        self.kernel_blocks_by_layer = kernel_blocks_by_layer(
+            kernel_blocks, kernel_blocks_device, [m.shape for m in (*self.masks[:-1], output_mask)])
         self.hidden_layers = [
             MaskedDense(
                 units,
                 mask,
-                blocks=self._blocks(mask),
+                blocks=self.kernel_blocks_by_layer[i],
                 activation=None,  # applied after adding the y projection
                 kernel_initializer=seeded(self.kernel_initializer, seed, i),
                 kernel_regularizer=self.kernel_regularizer,
@@ -290,11 +295,10 @@ class MADENetwork(keras.layers.Layer):
         ]
         if output_kernel_initializer is None:
             output_kernel_initializer = "zeros" if self.num_components is None else "glorot_uniform"
-        output_mask = np.repeat(self.masks[-1], self.params_per_dim, axis=1)
         self.output_layer = MaskedDense(
             D * self.params_per_dim,
             output_mask,
-            blocks=self._blocks(output_mask),
+            blocks=self.kernel_blocks_by_layer[-1],
             kernel_initializer=seeded(output_kernel_initializer, seed, 1000),
             bias_initializer=seeded(self.output_bias_initializer, seed, 1001),
             kernel_regularizer=self.kernel_regularizer,
@@ -339,12 +343,6 @@ class MADENetwork(keras.layers.Layer):
         if self._output_factors is None:
             return t
         return t * tf.constant(self._output_factors, t.dtype)
-
-    def _blocks(self, mask) -> int:
-        """`MaskedDense`'s ``blocks`` for a layer of this mask."""
-        if self.kernel_blocks != "auto":
-            return self.kernel_blocks
-        return auto_blocks(mask.shape, self.kernel_blocks_device)
 
     def set_weights(self, weights):
         super().set_weights(weights)
@@ -434,9 +432,7 @@ class MADENetwork(keras.layers.Layer):
             ),
             output_bias_initializer=keras.initializers.serialize(self.output_bias_initializer),
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
-            kernel_blocks=self.kernel_blocks,
-            kernel_blocks_device=self.kernel_blocks_device,
-            kernel_blocks_rule=self._auto_rule,
+            kernel_blocks=list(self.kernel_blocks_by_layer),  # the storage as built
             params=self.params,
             scale_parameterization=self.scale_parameterization,
         )
@@ -444,8 +440,53 @@ class MADENetwork(keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config):
-        # The rule "auto" chose this network's storage by: a config without one chose
-        # by rule 1 (`tfp_maf.layers.block_layout.AUTO_RULE`).
-        config = dict(config)
-        with auto_rule(config.pop("kernel_blocks_rule", 1)):
-            return super().from_config(config)
+        return super().from_config(legacy_kernel_blocks(config))
+
+
+def kernel_blocks_by_layer(kernel_blocks, device: str | None, shapes) -> tuple[int, ...]:
+    """The blocks of each kernel of ``shapes`` (``[fan_in, units]``, in the layers' order)
+    that ``kernel_blocks`` asks for (`MADENetwork`'s argument: ``"auto"``, an int, one per
+    layer, or a function of a kernel's shape), ``"auto"`` on the ``device`` kind.
+
+    >>> kernel_blocks_by_layer("auto", "cpu", [(784, 1024), (1024, 23520)])
+    (4, 8)
+    >>> kernel_blocks_by_layer(2, None, [(8, 16), (16, 4)])
+    (2, 2)
+    """
+    if isinstance(kernel_blocks, str):
+        if kernel_blocks != "auto":
+            raise ValueError(f"kernel_blocks must be 'auto', an int >= 1, one per layer or a function of a "
+                             f"kernel's shape; got {kernel_blocks!r}.")
+        return tuple(auto_blocks(tuple(shape), device) for shape in shapes)
+    if device is not None:
+        raise ValueError(f"kernel_blocks_device chooses the storage of kernel_blocks='auto'; with kernel_blocks="
+                         f"{kernel_blocks!r} it would change nothing. Leave it None.")
+    if callable(kernel_blocks):
+        counts = [kernel_blocks(tuple(shape)) for shape in shapes]
+    elif isinstance(kernel_blocks, (int, np.integer)) and not isinstance(kernel_blocks, bool):
+        counts = [kernel_blocks] * len(shapes)
+    else:
+        counts = list(kernel_blocks)
+        if len(counts) != len(shapes):
+            raise ValueError(f"kernel_blocks must give one count per layer ({len(shapes)}: the hidden layers', "
+                             f"then the output's), got {kernel_blocks!r}.")
+    return tuple(check_int(c, "kernel_blocks") for c in counts)
+
+
+def legacy_kernel_blocks(config: dict) -> dict:
+    """``config`` with a storage saved by 0.5.1 and before read as what it chose: they
+    saved ``kernel_blocks`` as given (``"auto"`` or an int), the device kind and the rule
+    "auto" followed (``kernel_blocks_rule``; none before 0.5.0, which chose by rule 1,
+    `tfp_maf.layers.block_layout.AUTO_RULE`). ``"auto"`` becomes that choice, as a
+    function of a kernel's shape; a config of this release passes as it is."""
+    config = dict(config)
+    rule = check_rule(config.pop("kernel_blocks_rule", 1))
+    device = config.pop("kernel_blocks_device", None)
+    blocks = config.get("kernel_blocks", "auto")
+    if blocks == "auto":
+        config["kernel_blocks"] = functools.partial(auto_blocks, device=device, rule=rule)
+    elif device is not None and isinstance(blocks, (int, np.integer)):
+        pass  # an int was saved with the device kind, which it never read
+    elif device is not None:
+        config["kernel_blocks_device"] = device  # a config of this release's, refused as given
+    return config
