@@ -36,7 +36,7 @@ from keras_models.callbacks import StopOnNonFinite
 from keras_models.optimizers import FusedAdam
 from keras_models.training_data import check_training_data
 from tfp_maf._platform.keras_steps import one_step_function
-from tfp_maf.layers import epoch_moments_kept, hold_kernel_masks, kernels_as_stored, mask_gradients
+from tfp_maf.layers import hold_kernel_masks, kernels_as_stored, mask_gradients
 from tfp_maf.layers.gradient_masks import KernelMask
 from tfp_maf.tracing import custom_gradients_released, mark_traced_on_purpose
 
@@ -186,8 +186,8 @@ class KerasLoop(keras.Model):
         (`keras_models.training_data.check_training_data`) before ``fit`` trains:
         nothing here; the flows take their standardisation statistics."""
 
-    #: Whether a train step traced now keeps the batch norms' epoch moments
-    #: (`tfp_maf.layers.epoch_moments_kept`); `fit` sets it for its call.
+    #: Whether the batch norms' bijectors built now keep their epoch moments (their
+    #: ``keep_epoch_moments``), read when a train step is traced; `fit` sets it for its call.
     _keeps_epoch_moments = True
 
     @property
@@ -198,7 +198,7 @@ class KerasLoop(keras.Model):
         # custom_gradients_released: else the trace outlives the model. kernels_as_stored:
         # the MADEs' kernels are read as stored and their gradients masked below, where XLA
         # fuses the mask into the optimizer's update.
-        with custom_gradients_released(), kernels_as_stored(), epoch_moments_kept(self._keeps_epoch_moments):
+        with custom_gradients_released(), kernels_as_stored():
             x, y, sample_weight = unpack(data)
             x = _dequantized(self, x)
             variables = self.trainable_variables

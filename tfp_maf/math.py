@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-
 import tensorflow as tf
 
-__all__ = ["broadcast_batch", "rows_aligned", "rows_are_aligned", "soft_bound"]
+from tfp_maf.trace_options import trace_options, traced_with
 
-_ALIGNED = contextvars.ContextVar("tfp_maf_rows_aligned", default=False)
+__all__ = ["broadcast_batch", "rows_aligned", "rows_are_aligned", "soft_bound"]
 
 
 def soft_bound(a: tf.Tensor, bound: float | None) -> tf.Tensor:
@@ -56,7 +53,6 @@ def broadcast_batch(a: tf.Tensor, b: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return a + tf.zeros_like(b[..., :1]), b + tf.zeros_like(a[..., :1])
 
 
-@contextlib.contextmanager
 def rows_aligned():
     """Inside it, a conditional network takes ``x`` and the side information ``y`` it is
     given to have one batch shape already, and leaves out its own `broadcast_batch`.
@@ -78,13 +74,9 @@ def rows_aligned():
     >>> shift.shape
     TensorShape([4, 2])
     """
-    token = _ALIGNED.set(True)
-    try:
-        yield
-    finally:
-        _ALIGNED.reset(token)
+    return traced_with(rows_aligned=True)  # `tfp_maf.trace_options` says why it is a context
 
 
 def rows_are_aligned() -> bool:
     """Whether the caller promised aligned ``x`` and ``y`` (inside `rows_aligned`)."""
-    return _ALIGNED.get()
+    return trace_options().rows_aligned

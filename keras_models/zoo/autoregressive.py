@@ -123,7 +123,7 @@ class MADEStack(MADEFlow):
         for i, made in enumerate(self.mades):
             out.append(self._layer(i, made))
             if self.norms:
-                out.append(self.norms[i].bijector())
+                out.append(self.norms[i].bijector(keep_epoch_moments=self._keeps_epoch_moments))
         return out
 
     def get_config(self):

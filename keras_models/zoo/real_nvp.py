@@ -99,7 +99,7 @@ class RealNVP(FlowModel):
                     log_scale_bound=self.log_scale_bound,
                 )
             )
-            bijectors.append(self.norms[i].bijector())
+            bijectors.append(self.norms[i].bijector(keep_epoch_moments=self._keeps_epoch_moments))
         return bijectors
 
     def get_config(self):

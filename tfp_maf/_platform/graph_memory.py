@@ -14,16 +14,15 @@ live in `tfp_maf._platform.compat`, and where they are missing nothing is releas
 from __future__ import annotations
 
 import contextlib
-import contextvars
 
 import tensorflow as tf
 
 from tfp_maf._platform.compat import gradient_registry, omit_retracing_warning, python_function
+from tfp_maf.trace_options import trace_options, traced_with
 
 __all__ = ["custom_gradients_free", "custom_gradients_released", "mark_traced_on_purpose", "traced_on_purpose"]
 
 _PREFIX = "CustomGradient-"  # the names tf.custom_gradient registers under
-_RELEASING = contextvars.ContextVar("tfp_maf_custom_gradients_released", default=False)
 
 
 @contextlib.contextmanager
@@ -39,11 +38,10 @@ def custom_gradients_released():
         yield
         return
     before = set(registry)
-    token = _RELEASING.set(True)
     try:
-        yield
+        with traced_with(custom_gradients_released=True):
+            yield
     finally:
-        _RELEASING.reset(token)
         for name in [n for n in registry if n.startswith(_PREFIX) and n not in before]:
             del registry[name]
 
@@ -53,7 +51,7 @@ def custom_gradients_free() -> bool:
     registered), or while a graph is traced inside `custom_gradients_released` where TF's
     registry can be reached. Code with a cheaper written-out gradient takes it then, and
     TF's own gradients of the same expressions otherwise."""
-    return tf.executing_eagerly() or _RELEASING.get()
+    return tf.executing_eagerly() or trace_options().custom_gradients_released
 
 
 def traced_on_purpose(fn, **kwargs):

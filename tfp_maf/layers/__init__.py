@@ -16,7 +16,7 @@ Keras (``.keras``, ``.weights.h5``) and may sit in any Keras model.
 | `masked_dense` | `MaskedDense`, its kernel dense (`DenseKernel`) or in degree blocks (`BlockedKernel`) |
 | `block_layout` | the degree blocks' maths (`BlockLayout`) and how many a kernel gets (`auto_blocks`) |
 | `gradient_masks` | `kernels_as_stored`, `mask_gradients`, `hold_kernel_masks`: masked gradients of kernels |
-| `coupling`, `batch_norm` | `CouplingNetworks`, `BatchNormState` (`epoch_moments_kept`) |
+| `coupling`, `batch_norm` | `CouplingNetworks`, `BatchNormState` |
 
 `sublayers` finds the layers inside a layer or model (Keras' own walk is private).
 
@@ -31,7 +31,7 @@ Example:
 """
 
 from tfp_maf._platform.layer_tracking import sublayers
-from tfp_maf.layers.batch_norm import BatchNormState, epoch_moments_kept
+from tfp_maf.layers.batch_norm import BatchNormState
 from tfp_maf.layers.block_layout import BlockLayout, auto_blocks
 from tfp_maf.layers.coupling import CouplingNetworks
 from tfp_maf.layers.gradient_masks import hold_kernel_masks, kernels_as_stored, mask_gradients
@@ -60,7 +60,6 @@ __all__ = [
     "auto_blocks",
     "check_conditional_input_layers",
     "check_scale_parameterization",
-    "epoch_moments_kept",
     "hold_kernel_masks",
     "kernels_as_stored",
     "mask_gradients",

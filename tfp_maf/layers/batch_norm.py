@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-
 import keras
 import numpy as np
 import tensorflow as tf
@@ -13,9 +10,7 @@ from tfp_maf import _checks
 from tfp_maf.arguments import check_bound, check_int
 from tfp_maf.bijectors.exp_gamma_batch_norm import ExpGammaBatchNorm
 
-__all__ = ["BatchNormState", "epoch_moments_kept"]
-
-_MOMENTS_KEPT = contextvars.ContextVar("tfp_maf_epoch_moments_kept", default=True)
+__all__ = ["BatchNormState"]
 
 #: The rows a dimension that a batch norm's weighted epoch moments need
 #: (`BatchNormState.reset_epoch_moments`): their noise costs about ``D / rows`` nats, 0.01
@@ -28,33 +23,6 @@ _MOMENTS_KEPT = contextvars.ContextVar("tfp_maf_epoch_moments_kept", default=Tru
 #: 25 minibatches (the epoch's rule alone); over these rows, 0.07 and 0.15 (with 500 rows a
 #: dimension, 0.08 on average).
 ROWS_PER_DIMENSION = 100
-
-
-@contextlib.contextmanager
-def epoch_moments_kept(kept: bool = True):
-    """Inside it with ``kept=False`` (eagerly, or while a function is traced), the
-    bijectors of `BatchNormState.bijector` leave the minibatches they normalise in
-    training out of the layer's epoch moments: a step traced inside has no ops for them.
-
-    For a loop that sets the statistics otherwise: `keras_models.DensityModel`'s ``fit``
-    traces its step so when the paper's pass over the training set sets them
-    (`keras_models.BatchNormStatistics`). The moments cost about 20 ops per batch norm
-    a step, 5% of a small MAF (5)'s step and 0.07 s of its first trace (2 cores).
-
-    Example:
-
-    >>> import numpy as np
-    >>> bn = BatchNormState(2)
-    >>> with epoch_moments_kept(False):
-    ...     _ = bn(np.array([[0., 1.], [2., 5.]], np.float32), training=True)
-    >>> bool(bn.store_epoch_moments())  # nothing was kept
-    False
-    """
-    token = _MOMENTS_KEPT.set(bool(kept))
-    try:
-        yield
-    finally:
-        _MOMENTS_KEPT.reset(token)
 
 
 @keras.saving.register_keras_serializable(package="tfp_maf")
@@ -74,7 +42,7 @@ class BatchNormState(keras.layers.Layer):
     weighted more), which `store_epoch_moments` makes the stored statistics. A
     `keras_models.DensityModel`'s ``fit`` does both each epoch, so the
     statistics follow the training data with no pass of their own (unless the
-    paper's pass sets them: then its step keeps no moments, `epoch_moments_kept`).
+    paper's pass sets them: then its step keeps no moments, ``bijector(keep_epoch_moments=False)``).
     The sums are not weights: they are neither trained nor saved.
 
     Calling the layer maps data to noise (the bijector's inverse), with the
@@ -116,11 +84,17 @@ class BatchNormState(keras.layers.Layer):
         self._epoch = _EpochMoments(D, self.variable_dtype)
         self.built = True
 
-    def bijector(self, name: str | None = None) -> ExpGammaBatchNorm:
+    def bijector(self, name: str | None = None, keep_epoch_moments: bool = True) -> ExpGammaBatchNorm:
         """The batch norm as a bijector that reads this layer's variables at every call.
 
         Args:
           name: the bijector's name; None (the default) uses the layer's name.
+          keep_epoch_moments: whether the minibatches it normalises in training are
+            summed into the layer's epoch moments. False for a loop that sets the
+            statistics otherwise: `keras_models.DensityModel`'s ``fit`` traces its step
+            so when the paper's pass over the training set sets them
+            (`keras_models.BatchNormStatistics`). The moments cost about 20 ops per batch
+            norm a step, 5% of a small MAF (5)'s step and 0.07 s of its first trace (2 cores).
 
         Returns:
           A `tfp_maf.bijectors.ExpGammaBatchNorm` over ``beta``, ``gamma``,
@@ -144,7 +118,7 @@ class BatchNormState(keras.layers.Layer):
             self.mean.value,
             self.variance.value,
             epsilon=self.epsilon,
-            on_batch_moments=self._epoch.add if _MOMENTS_KEPT.get() else None,
+            on_batch_moments=self._epoch.add if keep_epoch_moments else None,
             name=name or self.name,
         )
 

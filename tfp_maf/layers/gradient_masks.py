@@ -24,18 +24,15 @@ Example (a step of a hand-written loop, as `fit` takes it):
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-
 import numpy as np
 import tensorflow as tf
 
 from tfp_maf._platform.layer_tracking import sublayers
 from tfp_maf.layers.block_layout import staircase
+from tfp_maf.trace_options import trace_options, traced_with
 
 __all__ = ["KernelMask", "hold_kernel_masks", "kernels_as_stored", "mask_gradients", "mask_tensor", "masked_gradient"]
 
-_AS_STORED = contextvars.ContextVar("tfp_maf_kernels_as_stored", default=False)
 
 
 def masked_gradient(kernel, mask):
@@ -65,14 +62,13 @@ def masked_gradient(kernel, mask):
     array([[1., 0.],
            [2., 3.]], dtype=float32)
     """
-    if _AS_STORED.get():
+    if trace_options().kernels_as_stored:
         return kernel
     if isinstance(mask, np.ndarray):
         mask = mask_tensor(mask, kernel.dtype)
     return kernel * mask
 
 
-@contextlib.contextmanager
 def kernels_as_stored():
     """Inside it (eagerly, or while a function is traced), `MaskedDense` layers read
     their kernels as stored, without the ``kernel * mask`` product (`masked_gradient`)
@@ -85,13 +81,10 @@ def kernels_as_stored():
     into the optimizer's update, which reads the gradient anyway (config A at batch
     100: about a tenth of a `fit` step, ``benchmarks/README.md``). `DensityModel`'s
     train, test and predict steps work this way; any other loop keeps the product and
-    needs nothing. See the module's example.
+    needs nothing. See the module's example. (A field of
+    `tfp_maf.trace_options.TraceOptions`, which says why it is a context.)
     """
-    token = _AS_STORED.set(True)
-    try:
-        yield
-    finally:
-        _AS_STORED.reset(token)
+    return traced_with(kernels_as_stored=True)
 
 
 def mask_gradients(layer, gradients, variables) -> list:

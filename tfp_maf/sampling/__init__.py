@@ -16,9 +16,10 @@ becomes final: about the work of one forward pass, spread over D steps.
 | `layout` | the weights laid out as the loops read them |
 | `loops` | the D-step loops, step by step and in blocks of degrees |
 | `runner` | `sequential_pass`: the compiled loops, shared per size, over batches of any size |
-|  | (`without_xla`: the same loops without XLA, for graphs served where XLA is off) |
 | `made` | what the engine reads of a `tfp_maf.layers.MADENetwork`, and `sample_sequentially` |
-| `full_passes` | the textbook loop instead, for graphs that leave TensorFlow (ONNX, LiteRT) |
+| `modes` | how a sampler is traced: the textbook loop instead, for graphs that leave |
+|  | TensorFlow (`full_passes`), without XLA (`without_xla`), without gradients |
+|  | (`without_gradients`) |
 
 The bijectors and distributions call `sample_sequentially`; the layers never import the
 engine.
@@ -41,16 +42,10 @@ loop of D full passes gives (the engine's schedule is set per MADE, `Tuning`):
 True
 """
 
-from tfp_maf.sampling.full_passes import full_passes, full_passes_active
 from tfp_maf.sampling.made import can_sample, sample_sequentially, weights_of
+from tfp_maf.sampling.modes import full_passes, full_passes_active, without_gradients, without_xla
 from tfp_maf.sampling.plan import Schedule, SequentialPlan, Structure, Tuning
-from tfp_maf.sampling.runner import (
-           compiled_loops,
-           compiled_programs,
-           sequential_pass,
-           without_gradients,
-           without_xla,
-)
+from tfp_maf.sampling.runner import compiled_loops, compiled_programs, sequential_pass
 
 __all__ = ["Schedule", "SequentialPlan", "Structure", "Tuning", "can_sample", "compiled_loops", "compiled_programs",
            "full_passes", "full_passes_active", "sample_sequentially", "sequential_pass", "weights_of",

@@ -22,8 +22,6 @@ every step: up to 4x faster at 1,000 rows (`benchmarks/sampling.py`). Around it:
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -33,69 +31,12 @@ from tfp_maf._platform.graph_memory import traced_on_purpose
 from tfp_maf.sampling.layout import lay_out
 from tfp_maf.sampling.loops import run_loop
 from tfp_maf.sampling.plan import LoopShape, LoopTables, Schedule, Structure, Tuning
+from tfp_maf.trace_options import trace_options
 
-__all__ = ["compiled_loops", "compiled_programs", "sequential_pass", "without_gradients", "without_xla"]
+__all__ = ["compiled_loops", "compiled_programs", "sequential_pass"]
 
 #: ``(sizes key, emit key, schedule, loop shape) -> _Compiled``: shared by the MADEs of one size.
 _COMPILED: dict = {}
-
-_WITHOUT_GRADIENTS = threading.local()
-_WITHOUT_XLA = threading.local()
-
-
-@contextlib.contextmanager
-def without_gradients():
-    """Within it, `sequential_pass` gives samples that carry no gradient.
-
-    `tf.custom_gradient`, which the differentiable path needs, registers a gradient
-    function per trace in a registry TF never empties, and that function holds the
-    traced graph: a process that traces samplers for many models keeps them all.
-    Callers that only want values (`keras_models.DensityModel.sample`) trace under this.
-    """
-    with _switched_on(_WITHOUT_GRADIENTS):
-        yield
-
-
-@contextlib.contextmanager
-def without_xla():
-    """Within it (while a function is traced, or eagerly), `sequential_pass` runs its
-    loop with TensorFlow's executor rather than as an XLA program.
-
-    For graphs that run where XLA cannot compile: TF Serving disables XLA's JIT unless
-    started with ``--xla_cpu_compilation_enabled=true``, and a graph with an XLA program
-    then fails on its first call ("XLA compilation disabled"); its GPU images carry no
-    XLA compiler for the GPU either. The samples are the same up to rounding; the loop
-    takes 1.1x to 2.5x the XLA program's time for 100 draws and 2x to 4x for 1,000
-    (`benchmarks/sampling.py`). `keras_models.DensityModel.export` traces within it.
-
-    Example:
-
-    >>> import numpy as np, tensorflow as tf
-    >>> from tfp_maf import MADENetwork, MaskedAutoregressive
-    >>> made = MADENetwork(3, hidden_units=[8], output_kernel_initializer="glorot_uniform", seed=0)
-    >>> maf = MaskedAutoregressive(made)
-    >>> u = np.random.RandomState(0).standard_normal((4, 3)).astype(np.float32)
-    >>> @tf.function
-    ... def forward(u):
-    ...     with without_xla():
-    ...         return maf.forward(u)
-    >>> bool(np.allclose(forward(u), maf.forward(u), atol=1e-5))
-    True
-    """
-    with _switched_on(_WITHOUT_XLA):
-        yield
-
-
-@contextlib.contextmanager
-def _switched_on(flag: threading.local):
-    """Sets ``flag.active`` in this thread for the block, then restores it (nests)."""
-    before = getattr(flag, "active", False)
-    flag.active = True
-    try:
-        yield
-    finally:
-        flag.active = before
-
 
 def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, conditional_input=None,
                     key=None, tuning: Tuning | None = None):
@@ -123,7 +64,7 @@ def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, 
     schedule = Schedule.of(structure, tuning or Tuning())
     layout = LoopTables(structure, schedule.block_steps)
     tables = layout.tensors()
-    if key is None or getattr(_WITHOUT_XLA, "active", False):
+    if key is None or not trace_options().xla:
         first = tf.nest.flatten(noise)[0]
         prepared = lay_out(structure, layout.shape, weights, first.dtype, tables)
         # No rows: TF's loop would scatter into an empty state, which it refuses (XLA's does not).
@@ -142,7 +83,7 @@ def sequential_pass(structure: Structure, weights: dict, emit: Callable, noise, 
     outer = _compiled(structure.sizes(), schedule, layout.shape, emit, key).outer
     compiled = lambda noise_, y_, weights_: outer(noise_, y_, weights_, tables)  # noqa: E731
     frozen = lambda t: None if t is None else tf.stop_gradient(t)  # noqa: E731
-    if getattr(_WITHOUT_GRADIENTS, "active", False):
+    if not trace_options().gradients:
         return compiled(*tf.nest.map_structure(frozen, (noise, conditional_input, weights)))
 
     # The compiled loop gets stop-gradient inputs, and the backward pass differentiates
