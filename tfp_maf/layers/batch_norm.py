@@ -111,6 +111,13 @@ class BatchNormState(keras.layers.Layer):
         >>> bn.set_statistics(mean=[1., 2.], variance=[4., 9.])
         >>> np.round(b.inverse(np.array([[3., 5.]], np.float32)).numpy(), 3)
         array([[1., 1.]], dtype=float32)
+
+        A loop that sets the statistics otherwise keeps no moments:
+
+        >>> quiet = bn.bijector(keep_epoch_moments=False)
+        >>> _ = quiet.inverse(np.array([[0., 1.], [2., 5.]], np.float32), training=True)
+        >>> bool(bn.store_epoch_moments())  # nothing was kept
+        False
         """
         return ExpGammaBatchNorm(
             self.beta.value,
