@@ -485,8 +485,8 @@ def legacy_kernel_blocks(config: dict) -> dict:
     blocks = config.get("kernel_blocks", "auto")
     if blocks == "auto":
         config["kernel_blocks"] = functools.partial(auto_blocks, device=device, rule=rule)
-    elif device is not None and isinstance(blocks, (int, np.integer)):
-        pass  # an int was saved with the device kind, which it never read
-    elif device is not None:
-        config["kernel_blocks_device"] = device  # a config of this release's, refused as given
+    elif device is not None and not isinstance(blocks, (int, np.integer)):
+        # An int was saved with the device kind, which it never read; with counts the
+        # device is a caller's, refused as given.
+        config["kernel_blocks_device"] = device
     return config
